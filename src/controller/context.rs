@@ -1,0 +1,88 @@
+//! What every reconcile shares: the client, the child caches, metrics,
+//! the event recorder and whether this replica may write.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::Service;
+use kube::Client;
+use kube::runtime::events::Recorder;
+use kube::runtime::reflector::Store;
+use tokio::sync::Mutex;
+
+use crate::runtime::metrics::Metrics;
+
+/// Timing and concurrency of the controller.
+#[derive(Clone, Debug)]
+pub struct ControllerConfig {
+    /// Requeue of a settled object: a safety net for missed events.
+    pub resync: Duration,
+    /// Requeue of an object that is not Ready, so that pod-level causes (which
+    /// do not change the Deployment) are noticed, and noticed to be gone.
+    pub not_ready_requeue: Duration,
+    /// Reconciles in flight at once.
+    pub concurrency: u16,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        Self {
+            resync: Duration::from_secs(300),
+            not_ready_requeue: Duration::from_secs(20),
+            concurrency: 16,
+        }
+    }
+}
+
+/// Reflector caches of the children, labelled by the operator: observe reads
+/// them instead of the API server.
+#[derive(Clone)]
+pub struct Stores {
+    pub deployments: Store<Deployment>,
+    pub services: Store<Service>,
+    pub hpas: Store<HorizontalPodAutoscaler>,
+}
+
+impl Stores {
+    /// Waits until every child cache has done its first list, so that a
+    /// reconcile never mistakes "not cached yet" for "missing". True once
+    /// synced; false if a reflector stopped.
+    pub async fn wait_ready(&self) -> bool {
+        self.deployments.wait_until_ready().await.is_ok()
+            && self.services.wait_until_ready().await.is_ok()
+            && self.hpas.wait_until_ready().await.is_ok()
+    }
+}
+
+/// Whether this replica holds the lease. Without leader election it always does.
+#[derive(Clone, Debug)]
+pub struct Leadership(Arc<AtomicBool>);
+
+impl Leadership {
+    pub fn new(leader: bool) -> Self {
+        Self(Arc::new(AtomicBool::new(leader)))
+    }
+    pub fn is_leader(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+    pub fn set(&self, leader: bool) {
+        self.0.store(leader, Ordering::Release);
+    }
+}
+
+/// Shared by every reconcile.
+pub struct Context {
+    pub client: Client,
+    pub stores: Stores,
+    pub config: ControllerConfig,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+    pub leadership: Leadership,
+    /// Unreadable objects already reported, by namespace/name, with what was
+    /// reported: so one bad object costs one status write, not one per resync.
+    pub reported_invalid: Mutex<HashMap<String, String>>,
+}

@@ -1,0 +1,18 @@
+//! The I/O around the pure core: observe, apply, report, finalize, events.
+//!
+//! Every function here reads or writes the cluster; every decision is made by
+//! `crate::core`. Errors are one type ([`Error`]) whose kind labels metrics and
+//! whose permanence decides between a status condition and a quiet retry.
+
+pub mod apply;
+pub mod context;
+pub mod error;
+pub mod events;
+pub mod invalid;
+pub mod observe;
+pub mod reconcile;
+pub mod report;
+
+pub use context::{Context, ControllerConfig, Leadership, Stores};
+pub use error::Error;
+pub use reconcile::{FINALIZER, error_policy, reconcile};

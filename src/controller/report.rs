@@ -1,0 +1,161 @@
+//! Step 5, report: write the computed status when it changed, and tell
+//! people when the Degraded cause changes.
+//!
+//! Equality is checked against the status the object carries, so a settled
+//! ModelService costs no write and raises no watch event.
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+
+use super::{Context, Error, events};
+use crate::api::{ModelService, ModelServiceStatus, condition_types as ct};
+use crate::core::conditions::find;
+use crate::core::labels::MANAGER;
+
+/// Patches `/status` to `new` unless `ms` already has it; emits an Event when
+/// the Degraded condition's cause changed. Returns whether it wrote.
+pub async fn report(
+    ctx: &Context,
+    ms: &ModelService,
+    reference: &ObjectReference,
+    new: &ModelServiceStatus,
+) -> Result<bool, Error> {
+    let ns = ms.namespace().unwrap_or_default();
+    let name = ms.name_any();
+    ctx.metrics.observe_status(&ns, &name, new);
+    if ms.status.as_ref() == Some(new) {
+        return Ok(false);
+    }
+    let api: Api<ModelService> = Api::namespaced(ctx.client.clone(), &ns);
+    api.patch_status(
+        &name,
+        &PatchParams::apply(MANAGER),
+        &Patch::Merge(status_patch(new)?),
+    )
+    .await
+    .map_err(|e| Error::kube(format!("writing status of {ns}/{name}"), e))?;
+    if let Some((type_, reason, note)) = degraded_change(ms.status.as_ref(), new) {
+        events::publish(ctx, reference, type_, &reason, "Diagnose", note).await;
+    }
+    Ok(true)
+}
+
+/// A merge patch that sets every status field, with explicit nulls for the
+/// ones that are now unset (a merge patch leaves absent keys alone).
+fn status_patch(new: &ModelServiceStatus) -> Result<Value, Error> {
+    let mut v = serde_json::to_value(new).map_err(|source| Error::Serialize {
+        what: "status",
+        source,
+    })?;
+    if let Value::Object(map) = &mut v {
+        for key in [
+            "observedGeneration",
+            "replicas",
+            "readyReplicas",
+            "selector",
+            "url",
+            "conditions",
+        ] {
+            map.entry(key).or_insert(Value::Null);
+        }
+    }
+    Ok(json!({ "status": v }))
+}
+
+/// The Event to emit when the Degraded cause changed: a warning naming the
+/// new cause, or a notice that it cleared. `None` when nothing changed, so a
+/// cause that persists is announced exactly once.
+pub fn degraded_change(
+    old: Option<&ModelServiceStatus>,
+    new: &ModelServiceStatus,
+) -> Option<(EventType, String, String)> {
+    let key = |s: Option<&ModelServiceStatus>| {
+        s.and_then(|s| find(&s.conditions, ct::DEGRADED))
+            .map(|c| (c.status == "True", c.reason.clone()))
+    };
+    let before = key(old);
+    let now = find(&new.conditions, ct::DEGRADED)?;
+    let after = (now.status == "True", now.reason.clone());
+    if before.as_ref() == Some(&after) {
+        return None;
+    }
+    match (before, after.0) {
+        (_, true) => Some((EventType::Warning, now.reason.clone(), now.message.clone())),
+        (Some((true, old_reason)), false) => Some((
+            EventType::Normal,
+            "Recovered".to_string(),
+            format!("{old_reason} no longer applies"),
+        )),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::conditions::{Wanted, merge};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn status(degraded: bool, reason: &str) -> ModelServiceStatus {
+        let now = Time(Timestamp::from_second(1).expect("ts"));
+        ModelServiceStatus {
+            conditions: merge(
+                &[],
+                &[Wanted::new(ct::DEGRADED, degraded, reason, "m")],
+                1,
+                &now,
+            ),
+            ..ModelServiceStatus::default()
+        }
+    }
+
+    #[test]
+    fn a_new_cause_is_announced_once() {
+        let first = degraded_change(
+            Some(&status(false, "AsExpected")),
+            &status(true, "InsufficientGPU"),
+        );
+        assert!(matches!(first, Some((EventType::Warning, ref r, _)) if r == "InsufficientGPU"));
+        assert_eq!(
+            degraded_change(
+                Some(&status(true, "InsufficientGPU")),
+                &status(true, "InsufficientGPU")
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn a_changed_cause_is_announced() {
+        let e = degraded_change(
+            Some(&status(true, "InsufficientGPU")),
+            &status(true, "ImagePullFailed"),
+        );
+        assert!(matches!(e, Some((EventType::Warning, ref r, _)) if r == "ImagePullFailed"));
+    }
+
+    #[test]
+    fn recovery_is_announced_and_a_healthy_start_is_not() {
+        let e = degraded_change(
+            Some(&status(true, "ImagePullFailed")),
+            &status(false, "AsExpected"),
+        );
+        assert!(matches!(e, Some((EventType::Normal, ref r, _)) if r == "Recovered"));
+        assert_eq!(degraded_change(None, &status(false, "AsExpected")), None);
+    }
+
+    #[test]
+    fn the_patch_clears_unset_fields() {
+        let p = status_patch(&ModelServiceStatus::default()).expect("patch");
+        assert_eq!(p["status"]["url"], Value::Null);
+        assert!(
+            p["status"]
+                .as_object()
+                .is_some_and(|m| m.contains_key("url"))
+        );
+    }
+}

@@ -1,0 +1,299 @@
+//! Why pods are not serving, read from their scheduling and container states.
+//!
+//! This is the part users cannot get from `kubectl get deploy`: the scheduler's
+//! "Insufficient nvidia.com/gpu", an image that cannot be pulled, a server that
+//! crashes while loading. Only the pods of this ModelService are looked at.
+
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+
+use super::reasons;
+
+/// Something about the pods that needs a human.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// What the diagnosis needs from the spec, to word its messages.
+#[derive(Clone, Copy, Debug)]
+pub struct GpuRequest<'a> {
+    pub gpus: i32,
+    pub resource: &'a str,
+}
+
+/// The most pressing problem among `pods`, if any. Order of precedence: image
+/// pull failures and crash loops (the pods run but cannot serve), then GPU
+/// shortage, then other scheduling failures. Pods are visited in name order so
+/// the answer does not depend on list order.
+pub fn diagnose(pods: &[Pod], gpu: GpuRequest<'_>) -> Option<Problem> {
+    let mut sorted: Vec<&Pod> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    sorted.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+
+    let mut found: Vec<Problem> = Vec::new();
+    for pod in &sorted {
+        let statuses = pod.status.iter().flat_map(|s| {
+            s.init_container_statuses
+                .iter()
+                .flatten()
+                .chain(s.container_statuses.iter().flatten())
+        });
+        for cs in statuses {
+            if let Some(p) = image_pull_problem(cs).or_else(|| crash_loop_problem(cs)) {
+                found.push(p);
+            }
+        }
+        if let Some(p) = scheduling_problem(pod, gpu) {
+            found.push(p);
+        }
+    }
+    let rank = |r: &str| match r {
+        reasons::IMAGE_PULL_FAILED => 0,
+        reasons::CRASH_LOOPING => 1,
+        reasons::INSUFFICIENT_GPU => 2,
+        _ => 3,
+    };
+    let first = found.iter().min_by_key(|p| rank(p.reason))?.clone();
+    let same = found.iter().filter(|p| p.reason == first.reason).count();
+    Some(if same > 1 {
+        Problem {
+            reason: first.reason,
+            message: format!("{} ({same} pods)", first.message),
+        }
+    } else {
+        first
+    })
+}
+
+fn image_pull_problem(cs: &ContainerStatus) -> Option<Problem> {
+    let waiting = cs.state.as_ref()?.waiting.as_ref()?;
+    let reason = waiting.reason.as_deref()?;
+    if !matches!(
+        reason,
+        "ErrImagePull" | "ImagePullBackOff" | "InvalidImageName" | "ErrImageNeverPull"
+    ) {
+        return None;
+    }
+    let detail = waiting.message.as_deref().map(one_line).unwrap_or_default();
+    Some(Problem {
+        reason: reasons::IMAGE_PULL_FAILED,
+        message: format!(
+            "cannot pull image {:?} ({reason}){}; check the image name and tag and the pull secret",
+            cs.image,
+            if detail.is_empty() {
+                String::new()
+            } else {
+                format!(": {detail}")
+            }
+        ),
+    })
+}
+
+fn crash_loop_problem(cs: &ContainerStatus) -> Option<Problem> {
+    let waiting = cs.state.as_ref()?.waiting.as_ref()?;
+    if waiting.reason.as_deref() != Some("CrashLoopBackOff") {
+        return None;
+    }
+    let last = cs
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .map(|t| {
+            format!(
+                "; last exit: {} (code {})",
+                t.reason.as_deref().unwrap_or("Error"),
+                t.exit_code
+            )
+        })
+        .unwrap_or_default();
+    Some(Problem {
+        reason: reasons::CRASH_LOOPING,
+        message: format!(
+            "container {} is crash-looping after {} restarts{last}; see `kubectl logs --previous`",
+            cs.name, cs.restart_count
+        ),
+    })
+}
+
+fn scheduling_problem(pod: &Pod, gpu: GpuRequest<'_>) -> Option<Problem> {
+    let cond = pod
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+    if cond.reason.as_deref() != Some("Unschedulable") {
+        return None;
+    }
+    let scheduler = one_line(cond.message.as_deref().unwrap_or("no node fits the pod"));
+    if gpu.gpus > 0 && scheduler.contains(&format!("Insufficient {}", gpu.resource)) {
+        Some(Problem {
+            reason: reasons::INSUFFICIENT_GPU,
+            message: format!(
+                "no node has {} free {} for a replica: {scheduler:?}; free GPUs, add GPU nodes, or lower spec.gpus or spec.replicas",
+                gpu.gpus, gpu.resource
+            ),
+        })
+    } else {
+        Some(Problem {
+            reason: reasons::UNSCHEDULABLE,
+            message: format!(
+                "pods cannot be scheduled: {scheduler:?}; check nodeSelector, tolerations and resources"
+            ),
+        })
+    }
+}
+
+/// Status messages are one line: kubectl prints them in columns.
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use serde_json::json;
+
+    pub fn pod(name: &str, status: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "status": status}))
+            .expect("pod")
+    }
+
+    pub fn unschedulable(name: &str, message: &str) -> Pod {
+        pod(
+            name,
+            json!({"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]}),
+        )
+    }
+
+    pub fn waiting(name: &str, reason: &str, message: &str) -> Pod {
+        pod(
+            name,
+            json!({"phase": "Pending", "containerStatuses": [{
+            "name": "server", "image": "vllm/vllm-openai:nope", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"waiting": {"reason": reason, "message": message}}}]}),
+        )
+    }
+
+    const GPU: GpuRequest<'static> = GpuRequest {
+        gpus: 2,
+        resource: "nvidia.com/gpu",
+    };
+
+    #[test]
+    fn gpu_shortage_quotes_the_scheduler_and_the_request() {
+        let p = diagnose(
+            &[unschedulable(
+                "a",
+                "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+            )],
+            GPU,
+        )
+        .expect("problem");
+        assert_eq!(p.reason, "InsufficientGPU");
+        assert!(
+            p.message
+                .contains("0/3 nodes are available: 3 Insufficient nvidia.com/gpu."),
+            "{}",
+            p.message
+        );
+        assert!(p.message.contains("2 free nvidia.com/gpu"), "{}", p.message);
+    }
+
+    #[test]
+    fn other_scheduling_failures_are_unschedulable() {
+        let p = diagnose(
+            &[unschedulable(
+                "a",
+                "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector.",
+            )],
+            GPU,
+        )
+        .expect("problem");
+        assert_eq!(p.reason, "Unschedulable");
+        assert!(p.message.contains("node affinity"), "{}", p.message);
+    }
+
+    #[test]
+    fn a_cpu_only_model_is_never_short_of_gpus() {
+        let cpu = GpuRequest {
+            gpus: 0,
+            resource: "nvidia.com/gpu",
+        };
+        let p = diagnose(
+            &[unschedulable(
+                "a",
+                "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.",
+            )],
+            cpu,
+        )
+        .expect("problem");
+        assert_eq!(p.reason, "Unschedulable");
+    }
+
+    #[test]
+    fn image_pull_back_off_names_the_image() {
+        for reason in ["ErrImagePull", "ImagePullBackOff"] {
+            let p = diagnose(
+                &[waiting(
+                    "a",
+                    reason,
+                    "Back-off pulling image \"vllm/vllm-openai:nope\"",
+                )],
+                GPU,
+            )
+            .expect("problem");
+            assert_eq!(p.reason, "ImagePullFailed");
+            assert!(p.message.contains("vllm/vllm-openai:nope"), "{}", p.message);
+        }
+    }
+
+    #[test]
+    fn crash_loop_reports_the_last_exit() {
+        let p = pod(
+            "a",
+            json!({"containerStatuses": [{
+            "name": "server", "image": "i", "imageID": "", "ready": false, "restartCount": 7,
+            "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}),
+        );
+        let p = diagnose(&[p], GPU).expect("problem");
+        assert_eq!(p.reason, "CrashLooping");
+        assert!(
+            p.message.contains("7 restarts") && p.message.contains("OOMKilled (code 137)"),
+            "{}",
+            p.message
+        );
+    }
+
+    #[test]
+    fn healthy_and_starting_pods_are_not_problems() {
+        let starting = waiting("a", "ContainerCreating", "");
+        let running = pod(
+            "b",
+            json!({"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}]}),
+        );
+        assert_eq!(diagnose(&[starting, running], GPU), None);
+    }
+
+    #[test]
+    fn precedence_and_counting_do_not_depend_on_order() {
+        let a = unschedulable(
+            "a",
+            "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+        );
+        let b = waiting("b", "ImagePullBackOff", "");
+        let c = waiting("c", "ImagePullBackOff", "");
+        let one = diagnose(&[a.clone(), b.clone(), c.clone()], GPU);
+        let two = diagnose(&[c, a, b], GPU);
+        assert_eq!(one, two);
+        let p = one.expect("problem");
+        assert_eq!(p.reason, "ImagePullFailed");
+        assert!(p.message.ends_with("(2 pods)"), "{}", p.message);
+    }
+}

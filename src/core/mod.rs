@@ -1,0 +1,22 @@
+//! The pure core: no I/O, no clock, no randomness.
+//!
+//! Reconcile, `render` and the benchmarks all run this same code, so what a
+//! reviewer sees offline is what the operator applies. Every function here is
+//! deterministic in its inputs, which is what keeps status writes (and watch
+//! events) from repeating forever.
+
+pub mod children;
+pub mod conditions;
+pub mod deployment;
+pub mod diagnosis;
+pub mod hpa;
+pub mod labels;
+pub mod reasons;
+pub mod rollout;
+pub mod service;
+pub mod status;
+pub mod subset;
+pub mod validate;
+
+pub use children::{Children, build_children};
+pub use validate::{InvalidSpec, ValidSpec, validate};

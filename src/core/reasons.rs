@@ -1,0 +1,31 @@
+//! The machine-readable `reason` values of our conditions.
+//!
+//! They are part of the API: dashboards, Argo CD health checks and alerts match
+//! on them, so they are CamelCase constants, never formatted strings.
+
+/// Ready=True: every pod of the current spec is available.
+pub const AVAILABLE: &str = "Available";
+/// A new spec (or the first one) is being rolled out.
+pub const ROLLING_OUT: &str = "RollingOut";
+/// The pods already run the current spec; their count is changing.
+pub const SCALING: &str = "Scaling";
+/// The Deployment made no progress within its progress deadline.
+pub const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
+/// Progressing=False: nothing left to roll out.
+pub const ROLLOUT_COMPLETE: &str = "RolloutComplete";
+/// Degraded=False: nothing needs a human.
+pub const AS_EXPECTED: &str = "AsExpected";
+/// Pods cannot be scheduled because no node has enough free GPUs.
+pub const INSUFFICIENT_GPU: &str = "InsufficientGPU";
+/// Pods cannot be scheduled for any other reason.
+pub const UNSCHEDULABLE: &str = "Unschedulable";
+/// The serving image cannot be pulled.
+pub const IMAGE_PULL_FAILED: &str = "ImagePullFailed";
+/// The server container keeps restarting.
+pub const CRASH_LOOPING: &str = "CrashLooping";
+/// The spec has a problem the schema could not catch.
+pub const INVALID_SPEC: &str = "InvalidSpec";
+/// The object could not even be read as a ModelService (stored before a schema change).
+pub const INVALID_OBJECT: &str = "InvalidObject";
+/// Writing a child failed; the message carries the API server's answer.
+pub const RECONCILE_FAILED: &str = "ReconcileFailed";

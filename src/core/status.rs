@@ -1,0 +1,431 @@
+//! The status a ModelService should have, from what was observed.
+//!
+//! Pure: the clock comes in as `now`, and timestamps change only on a
+//! condition's transition, so the same world gives a byte-identical status and
+//! the reconcile does not write (or wake itself up) again.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::conditions::{Wanted, merge};
+use super::diagnosis::{GpuRequest, Problem, diagnose};
+use super::labels::selector_string;
+use super::reasons;
+use super::rollout::{Rollout, rollout};
+use crate::api::{ModelServiceStatus, condition_types as ct};
+
+/// Everything the status is computed from.
+#[derive(Clone, Debug)]
+pub struct Observed<'a> {
+    pub name: &'a str,
+    pub namespace: &'a str,
+    /// `metadata.generation` of the ModelService acted on.
+    pub generation: i64,
+    /// The serving port, for the URL; `None` when the spec could not be read.
+    pub port: Option<i32>,
+    pub gpu: GpuRequest<'a>,
+    /// A problem that stopped this reconcile before the children were
+    /// applied: an invalid spec, or a write the API server refused.
+    pub blocked: Option<Problem>,
+    /// The Deployment as it is after this reconcile's apply.
+    pub deployment: Option<&'a Deployment>,
+    /// The pods of this ModelService, when they were read (see [`needs_pods`]).
+    pub pods: &'a [Pod],
+}
+
+/// Whether reading pods could explain anything: only while the Deployment is
+/// not complete. Ready models cost no pod reads at all.
+pub fn needs_pods(deployment: Option<&Deployment>) -> bool {
+    !matches!(
+        rollout(deployment),
+        Rollout::Complete { .. } | Rollout::Missing
+    )
+}
+
+/// Computes the new status. `previous` supplies transition times.
+pub fn compute(
+    previous: Option<&ModelServiceStatus>,
+    o: &Observed<'_>,
+    now: &Time,
+) -> ModelServiceStatus {
+    let state = rollout(o.deployment);
+    let problem = o.blocked.clone().or_else(|| {
+        (!matches!(state, Rollout::Complete { .. }))
+            .then(|| diagnose(o.pods, o.gpu))
+            .flatten()
+    });
+
+    let (ready, progressing) = match &state {
+        Rollout::Complete { available, desired } => (
+            Wanted::new(
+                ct::READY,
+                true,
+                reasons::AVAILABLE,
+                format!("{available}/{desired} replicas ready"),
+            ),
+            Wanted::new(
+                ct::PROGRESSING,
+                false,
+                reasons::ROLLOUT_COMPLETE,
+                "the current spec is rolled out",
+            ),
+        ),
+        Rollout::Missing | Rollout::NotObserved => {
+            let m = "waiting for the Deployment controller to pick up the current spec";
+            (
+                Wanted::new(ct::READY, false, reasons::ROLLING_OUT, m),
+                Wanted::new(ct::PROGRESSING, true, reasons::ROLLING_OUT, m),
+            )
+        }
+        Rollout::RollingOut {
+            updated,
+            desired,
+            available,
+            ..
+        } => {
+            let m = format!(
+                "rolling out the current spec: {updated}/{desired} pods updated, {available} available"
+            );
+            (
+                Wanted::new(ct::READY, false, reasons::ROLLING_OUT, m.clone()),
+                Wanted::new(ct::PROGRESSING, true, reasons::ROLLING_OUT, m),
+            )
+        }
+        Rollout::Scaling { available, desired } => {
+            let m = format!("scaling to {desired} replicas: {available} available");
+            (
+                Wanted::new(ct::READY, false, reasons::SCALING, m.clone()),
+                Wanted::new(ct::PROGRESSING, true, reasons::SCALING, m),
+            )
+        }
+        Rollout::Stuck { message } => {
+            let m = format!("the rollout is stuck: {message}");
+            (
+                Wanted::new(
+                    ct::READY,
+                    false,
+                    reasons::PROGRESS_DEADLINE_EXCEEDED,
+                    m.clone(),
+                ),
+                Wanted::new(
+                    ct::PROGRESSING,
+                    false,
+                    reasons::PROGRESS_DEADLINE_EXCEEDED,
+                    m,
+                ),
+            )
+        }
+    };
+
+    let (ready, progressing, degraded) = match (&problem, &state) {
+        (Some(p), _) => {
+            // The specific cause is the most useful Ready reason: it is what
+            // `kubectl get` shows in the Reason column.
+            let progressing = if o.blocked.is_some() {
+                Wanted::new(ct::PROGRESSING, false, p.reason, p.message.clone())
+            } else {
+                progressing
+            };
+            // Pod problems are only looked for while not complete, and a
+            // blocked reconcile means the current spec is not what runs: in
+            // both cases Ready is False.
+            let ready = Wanted::new(ct::READY, false, p.reason, p.message.clone());
+            (
+                ready,
+                progressing,
+                Wanted::new(ct::DEGRADED, true, p.reason, p.message.clone()),
+            )
+        }
+        (None, Rollout::Stuck { message }) => {
+            let d = Wanted::new(
+                ct::DEGRADED,
+                true,
+                reasons::PROGRESS_DEADLINE_EXCEEDED,
+                format!("the rollout is stuck: {message}"),
+            );
+            (ready, progressing, d)
+        }
+        (None, _) => (
+            ready,
+            progressing,
+            Wanted::new(
+                ct::DEGRADED,
+                false,
+                reasons::AS_EXPECTED,
+                "nothing needs attention",
+            ),
+        ),
+    };
+
+    let previous_conditions = previous
+        .map(|p| p.conditions.as_slice())
+        .unwrap_or_default();
+    let dep_status = o.deployment.and_then(|d| d.status.as_ref());
+    ModelServiceStatus {
+        observed_generation: Some(o.generation),
+        replicas: Some(dep_status.and_then(|s| s.replicas).unwrap_or(0)),
+        ready_replicas: Some(dep_status.and_then(|s| s.ready_replicas).unwrap_or(0)),
+        selector: Some(selector_string(o.name)),
+        url: o
+            .port
+            .map(|port| format!("http://{}.{}.svc:{port}", o.name, o.namespace)),
+        conditions: merge(
+            previous_conditions,
+            &[ready, progressing, degraded],
+            o.generation,
+            now,
+        ),
+    }
+}
+
+/// `now` at the API server's precision (whole seconds), so a status we write
+/// compares equal to the same status read back.
+pub fn now_seconds(now: k8s_openapi::jiff::Timestamp) -> Time {
+    Time(k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::conditions::find;
+    use crate::core::diagnosis::tests::{unschedulable, waiting};
+    use k8s_openapi::jiff::Timestamp;
+    use serde_json::json;
+
+    fn t(s: i64) -> Time {
+        Time(Timestamp::from_second(s).expect("ts"))
+    }
+
+    fn dep(replicas: i32, st: serde_json::Value) -> Deployment {
+        let mut st = st;
+        st["observedGeneration"] = 1.into();
+        serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "llama", "generation": 1},
+            "spec": {"replicas": replicas, "selector": {}, "template": {}}, "status": st}))
+        .expect("deployment")
+    }
+
+    fn complete() -> Deployment {
+        dep(
+            2,
+            json!({"replicas": 2, "updatedReplicas": 2, "readyReplicas": 2, "availableReplicas": 2,
+            "conditions": [{"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]}),
+        )
+    }
+
+    fn rolling() -> Deployment {
+        dep(
+            2,
+            json!({"replicas": 2, "updatedReplicas": 0, "readyReplicas": 0, "availableReplicas": 0,
+            "conditions": [{"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated"}]}),
+        )
+    }
+
+    fn observed<'a>(d: Option<&'a Deployment>, pods: &'a [Pod]) -> Observed<'a> {
+        Observed {
+            name: "llama",
+            namespace: "ml",
+            generation: 3,
+            port: Some(8000),
+            gpu: GpuRequest {
+                gpus: 1,
+                resource: "nvidia.com/gpu",
+            },
+            blocked: None,
+            deployment: d,
+            pods,
+        }
+    }
+
+    fn cond<'a>(s: &'a ModelServiceStatus, t: &str) -> (&'a str, &'a str) {
+        let c = find(&s.conditions, t).expect("condition");
+        (c.status.as_str(), c.reason.as_str())
+    }
+
+    #[test]
+    fn ready_when_fully_rolled_out() {
+        let d = complete();
+        let s = compute(None, &observed(Some(&d), &[]), &t(10));
+        assert_eq!(cond(&s, "Ready"), ("True", "Available"));
+        assert_eq!(
+            find(&s.conditions, "Ready").map(|c| c.message.as_str()),
+            Some("2/2 replicas ready")
+        );
+        assert_eq!(cond(&s, "Progressing"), ("False", "RolloutComplete"));
+        assert_eq!(cond(&s, "Degraded"), ("False", "AsExpected"));
+        assert_eq!((s.replicas, s.ready_replicas), (Some(2), Some(2)));
+        assert_eq!(s.observed_generation, Some(3));
+        assert!(
+            s.conditions
+                .iter()
+                .all(|c| c.observed_generation == Some(3))
+        );
+        assert_eq!(s.url.as_deref(), Some("http://llama.ml.svc:8000"));
+        assert_eq!(
+            s.selector.as_deref(),
+            Some("app.kubernetes.io/instance=llama,app.kubernetes.io/name=modelservice")
+        );
+    }
+
+    #[test]
+    fn not_ready_while_rolling_out() {
+        let d = rolling();
+        let s = compute(None, &observed(Some(&d), &[]), &t(10));
+        assert_eq!(cond(&s, "Ready"), ("False", "RollingOut"));
+        assert_eq!(cond(&s, "Progressing"), ("True", "RollingOut"));
+        assert_eq!(cond(&s, "Degraded"), ("False", "AsExpected"));
+    }
+
+    #[test]
+    fn scaling_is_told_apart_from_a_new_spec() {
+        let d = dep(
+            3,
+            json!({"replicas": 2, "updatedReplicas": 2, "readyReplicas": 2, "availableReplicas": 2,
+            "conditions": [{"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]}),
+        );
+        let s = compute(None, &observed(Some(&d), &[]), &t(10));
+        assert_eq!(cond(&s, "Progressing"), ("True", "Scaling"));
+        assert_eq!(cond(&s, "Ready"), ("False", "Scaling"));
+    }
+
+    #[test]
+    fn a_deployment_not_yet_observed_is_not_ready() {
+        let mut d = complete();
+        d.metadata.generation = Some(2);
+        let s = compute(None, &observed(Some(&d), &[]), &t(10));
+        assert_eq!(cond(&s, "Ready"), ("False", "RollingOut"));
+    }
+
+    #[test]
+    fn gpu_shortage_is_degraded_and_is_the_ready_reason() {
+        let d = rolling();
+        let pods = [unschedulable(
+            "llama-1",
+            "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+        )];
+        let s = compute(None, &observed(Some(&d), &pods), &t(10));
+        assert_eq!(cond(&s, "Degraded"), ("True", "InsufficientGPU"));
+        assert_eq!(cond(&s, "Ready"), ("False", "InsufficientGPU"));
+        assert_eq!(cond(&s, "Progressing"), ("True", "RollingOut"));
+    }
+
+    #[test]
+    fn image_pull_failure_is_degraded() {
+        let d = rolling();
+        let pods = [waiting(
+            "llama-1",
+            "ImagePullBackOff",
+            "Back-off pulling image",
+        )];
+        let s = compute(None, &observed(Some(&d), &pods), &t(10));
+        assert_eq!(cond(&s, "Degraded"), ("True", "ImagePullFailed"));
+    }
+
+    #[test]
+    fn recovery_clears_degraded_by_itself() {
+        let d = rolling();
+        let pods = [unschedulable(
+            "llama-1",
+            "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+        )];
+        let bad = compute(None, &observed(Some(&d), &pods), &t(10));
+        let healthy = complete();
+        let good = compute(Some(&bad), &observed(Some(&healthy), &[]), &t(20));
+        assert_eq!(cond(&good, "Degraded"), ("False", "AsExpected"));
+        assert_eq!(cond(&good, "Ready"), ("True", "Available"));
+        let degraded = find(&good.conditions, "Degraded").expect("degraded");
+        assert_eq!(
+            degraded.last_transition_time,
+            t(20),
+            "the flip is a transition"
+        );
+    }
+
+    #[test]
+    fn pod_problems_are_ignored_once_complete() {
+        let d = complete();
+        let pods = [waiting("old", "ImagePullBackOff", "")];
+        let s = compute(None, &observed(Some(&d), &pods), &t(10));
+        assert_eq!(cond(&s, "Degraded"), ("False", "AsExpected"));
+    }
+
+    #[test]
+    fn stuck_rollout_is_degraded_and_not_progressing() {
+        let d = dep(
+            1,
+            json!({"replicas": 1, "conditions": [{"type": "Progressing", "status": "False",
+            "reason": "ProgressDeadlineExceeded", "message": "ReplicaSet \"llama-1\" has timed out progressing."}]}),
+        );
+        let s = compute(None, &observed(Some(&d), &[]), &t(10));
+        assert_eq!(
+            cond(&s, "Progressing"),
+            ("False", "ProgressDeadlineExceeded")
+        );
+        assert_eq!(cond(&s, "Degraded"), ("True", "ProgressDeadlineExceeded"));
+        assert_eq!(cond(&s, "Ready"), ("False", "ProgressDeadlineExceeded"));
+    }
+
+    #[test]
+    fn an_invalid_spec_blocks_everything_with_an_actionable_message() {
+        let mut o = observed(None, &[]);
+        o.blocked = Some(Problem {
+            reason: reasons::INVALID_SPEC,
+            message: "spec.gpuResource \"gpu\" is not a valid extended resource name".into(),
+        });
+        let s = compute(None, &o, &t(10));
+        assert_eq!(cond(&s, "Ready"), ("False", "InvalidSpec"));
+        assert_eq!(cond(&s, "Degraded"), ("True", "InvalidSpec"));
+        assert_eq!(cond(&s, "Progressing"), ("False", "InvalidSpec"));
+        assert!(
+            find(&s.conditions, "Degraded").is_some_and(|c| c.message.contains("spec.gpuResource"))
+        );
+    }
+
+    #[test]
+    fn a_refused_write_means_the_current_spec_is_not_ready() {
+        // The old pods may still serve, but Ready is about the current spec.
+        let d = complete();
+        let mut o = observed(Some(&d), &[]);
+        o.blocked = Some(Problem {
+            reason: reasons::RECONCILE_FAILED,
+            message: "forbidden".into(),
+        });
+        let s = compute(None, &o, &t(10));
+        assert_eq!(cond(&s, "Degraded"), ("True", "ReconcileFailed"));
+        assert_eq!(cond(&s, "Ready"), ("False", "ReconcileFailed"));
+        assert_eq!(
+            s.ready_replicas,
+            Some(2),
+            "the counts still describe what runs"
+        );
+    }
+
+    #[test]
+    fn the_same_world_gives_a_byte_identical_status() {
+        let d = rolling();
+        let pods = [unschedulable(
+            "llama-1",
+            "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+        )];
+        let a = compute(None, &observed(Some(&d), &pods), &t(10));
+        let b = compute(Some(&a), &observed(Some(&d), &pods), &t(500));
+        assert_eq!(
+            serde_json::to_string(&a).expect("json"),
+            serde_json::to_string(&b).expect("json")
+        );
+    }
+
+    #[test]
+    fn pods_are_read_only_when_they_can_explain_something() {
+        assert!(!needs_pods(None));
+        assert!(!needs_pods(Some(&complete())));
+        assert!(needs_pods(Some(&rolling())));
+    }
+
+    #[test]
+    fn now_is_truncated_to_seconds() {
+        let ts = Timestamp::from_millisecond(1_700_000_000_987).expect("ts");
+        assert_eq!(now_seconds(ts), t(1_700_000_000));
+    }
+}

@@ -1,0 +1,317 @@
+//! Checks the schema cannot express, turning a spec into a [`ValidSpec`].
+//!
+//! The API server already enforces ranges, lengths and the CEL rule; this step
+//! catches the rest (names that would make invalid children, malformed
+//! quantities, old objects stored before a rule existed). A failure here becomes
+//! an `InvalidSpec` condition, never a panic or a hot retry loop.
+
+use std::fmt;
+
+use kube::ResourceExt;
+
+use crate::api::{ModelService, ModelServiceSpec};
+
+/// A ModelService whose spec passed every check, with the identity the
+/// children need.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidSpec {
+    pub name: String,
+    pub namespace: String,
+    pub spec: ModelServiceSpec,
+}
+
+/// Why a spec cannot be turned into children; the message names the field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidSpec {
+    pub problems: Vec<String>,
+}
+
+impl fmt::Display for InvalidSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.problems.join("; "))
+    }
+}
+
+impl std::error::Error for InvalidSpec {}
+
+/// Validates `ms`. `namespace` falls back to `default_namespace` because a
+/// document given to `render` may omit it.
+pub fn validate(ms: &ModelService, default_namespace: &str) -> Result<ValidSpec, InvalidSpec> {
+    let name = ms.name_any();
+    let namespace = ms
+        .namespace()
+        .unwrap_or_else(|| default_namespace.to_string());
+    let spec = &ms.spec;
+    let mut problems = Vec::new();
+
+    if let Err(e) = check_dns1035_label(&name) {
+        problems.push(format!(
+            "metadata.name {name:?} cannot name a Service: {e}; use a lower-case name that starts with a letter, at most 63 characters"
+        ));
+    }
+    if spec.model.trim().is_empty() {
+        problems.push("spec.model must not be empty".into());
+    }
+    if spec.image.trim().is_empty() {
+        problems.push("spec.image must not be empty".into());
+    } else if spec.image.chars().any(char::is_whitespace) {
+        problems.push(format!(
+            "spec.image {:?} must not contain whitespace",
+            spec.image
+        ));
+    }
+    check_range(&mut problems, "spec.replicas", spec.replicas, 1, 100);
+    check_range(&mut problems, "spec.port", spec.port, 1, 65535);
+    check_range(&mut problems, "spec.gpus", spec.gpus, 0, 16);
+    if let Err(e) = check_extended_resource_name(&spec.gpu_resource) {
+        problems.push(format!(
+            "spec.gpuResource {:?} is not a valid extended resource name: {e} (for example nvidia.com/gpu)",
+            spec.gpu_resource
+        ));
+    }
+    if let Some(res) = &spec.resources {
+        for (field, q) in [("cpu", &res.cpu), ("memory", &res.memory)] {
+            if let Some(q) = q
+                && !is_quantity(&q.0)
+            {
+                problems.push(format!(
+                    "spec.resources.{field} {:?} is not a quantity (for example \"4\", \"500m\", \"32Gi\")",
+                    q.0
+                ));
+            }
+        }
+    }
+    if let Some(a) = &spec.autoscaling {
+        check_range(
+            &mut problems,
+            "spec.autoscaling.minReplicas",
+            a.min_replicas,
+            1,
+            100,
+        );
+        check_range(
+            &mut problems,
+            "spec.autoscaling.maxReplicas",
+            a.max_replicas,
+            1,
+            100,
+        );
+        if a.max_replicas < a.min_replicas {
+            problems.push(format!(
+                "spec.autoscaling.maxReplicas ({}) must be greater than or equal to minReplicas ({})",
+                a.max_replicas, a.min_replicas
+            ));
+        }
+        if a.target_queue_length < 1 {
+            problems.push("spec.autoscaling.targetQueueLength must be at least 1".into());
+        }
+        if a.metric.trim().is_empty() {
+            problems.push("spec.autoscaling.metric must not be empty".into());
+        }
+    }
+    for (i, e) in spec.env.iter().enumerate() {
+        if e.name.is_empty() || e.name.contains('=') {
+            problems.push(format!(
+                "spec.env[{i}].name {:?} must be non-empty and must not contain '='",
+                e.name
+            ));
+        }
+    }
+
+    if problems.is_empty() {
+        Ok(ValidSpec {
+            name,
+            namespace,
+            spec: spec.clone(),
+        })
+    } else {
+        Err(InvalidSpec { problems })
+    }
+}
+
+fn check_range(problems: &mut Vec<String>, field: &str, v: i32, min: i32, max: i32) {
+    if v < min || v > max {
+        problems.push(format!("{field} is {v}, must be between {min} and {max}"));
+    }
+}
+
+/// RFC 1035 label: what a Service name must be.
+fn check_dns1035_label(s: &str) -> Result<(), &'static str> {
+    if s.is_empty() || s.len() > 63 {
+        return Err("must be 1 to 63 characters");
+    }
+    let bytes = s.as_bytes();
+    if !bytes[0].is_ascii_lowercase() {
+        return Err("must start with a lower-case letter");
+    }
+    if !bytes[bytes.len() - 1].is_ascii_alphanumeric() {
+        return Err("must end with a letter or digit");
+    }
+    if !bytes
+        .iter()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+    {
+        return Err("may contain only lower-case letters, digits and '-'");
+    }
+    Ok(())
+}
+
+/// A qualified name with a DNS-subdomain prefix, which extended resources need.
+fn check_extended_resource_name(s: &str) -> Result<(), &'static str> {
+    let Some((prefix, name)) = s.split_once('/') else {
+        return Err("must have a domain prefix, as in vendor.com/gpu");
+    };
+    if prefix.is_empty() || prefix.len() > 253 {
+        return Err("the prefix must be a DNS subdomain of at most 253 characters");
+    }
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if !prefix.split('.').all(label_ok) {
+        return Err("the prefix must be a lower-case DNS subdomain");
+    }
+    if prefix == "kubernetes.io" || prefix.ends_with(".kubernetes.io") {
+        return Err("the kubernetes.io domain is reserved");
+    }
+    let nb = name.as_bytes();
+    if name.is_empty() || name.len() > 63 {
+        return Err("the name part must be 1 to 63 characters");
+    }
+    let alnum = |b: &u8| b.is_ascii_alphanumeric();
+    if !alnum(&nb[0])
+        || !alnum(&nb[nb.len() - 1])
+        || !nb
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        return Err("the name part must be alphanumeric, with '-', '_' or '.' inside");
+    }
+    Ok(())
+}
+
+/// The Kubernetes quantity grammar: a signed decimal number followed by an
+/// optional binary (Ki..Ei), decimal (n u m k M G T P E) or exponent suffix.
+pub(crate) fn is_quantity(s: &str) -> bool {
+    let s = s.strip_prefix(['+', '-']).unwrap_or(s);
+    let num_end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, suffix) = s.split_at(num_end);
+    let digits_ok =
+        !num.is_empty() && num.matches('.').count() <= 1 && num.chars().any(|c| c.is_ascii_digit());
+    if !digits_ok {
+        return false;
+    }
+    match suffix {
+        "" | "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" | "n" | "u" | "m" | "k" | "M" | "G" | "T"
+        | "P" | "E" => true,
+        exp => {
+            let Some(rest) = exp.strip_prefix(['e', 'E']) else {
+                return false;
+            };
+            let rest = rest.strip_prefix(['+', '-']).unwrap_or(rest);
+            !rest.is_empty() && rest.chars().all(|c| c.is_ascii_digit())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::children::tests::sample;
+
+    #[test]
+    fn a_good_spec_is_valid() {
+        let v = validate(&sample(), "default").expect("valid");
+        assert_eq!(v.name, "llama");
+        assert_eq!(v.namespace, "ml");
+    }
+
+    #[test]
+    fn namespace_falls_back_for_render() {
+        let mut ms = sample();
+        ms.metadata.namespace = None;
+        assert_eq!(validate(&ms, "team-a").expect("valid").namespace, "team-a");
+    }
+
+    #[test]
+    fn names_that_cannot_name_a_service_are_rejected() {
+        for bad in ["Llama", "9lives", "llama.8b", "llama-", &"a".repeat(64)] {
+            let mut ms = sample();
+            ms.metadata.name = Some(bad.to_string());
+            let err = validate(&ms, "default").expect_err(bad);
+            assert!(err.to_string().contains("metadata.name"), "{err}");
+        }
+    }
+
+    #[test]
+    fn gpu_resource_must_be_an_extended_resource_name() {
+        for bad in [
+            "gpu",
+            "nvidia.com/",
+            "/gpu",
+            "NVIDIA.com/gpu",
+            "kubernetes.io/gpu",
+            "nvidia.com/gpu!",
+        ] {
+            let mut ms = sample();
+            ms.spec.gpu_resource = bad.to_string();
+            let err = validate(&ms, "default").expect_err(bad);
+            assert!(err.to_string().contains("spec.gpuResource"), "{err}");
+        }
+        for good in ["nvidia.com/gpu", "amd.com/gpu", "nvidia.com/mig-1g.5gb"] {
+            let mut ms = sample();
+            ms.spec.gpu_resource = good.to_string();
+            assert!(validate(&ms, "default").is_ok(), "{good}");
+        }
+    }
+
+    #[test]
+    fn out_of_range_values_from_old_objects_are_caught() {
+        let mut ms = sample();
+        ms.spec.replicas = 0;
+        ms.spec.port = 70000;
+        ms.spec.gpus = -1;
+        let err = validate(&ms, "default").expect_err("invalid");
+        assert_eq!(err.problems.len(), 3, "{err}");
+    }
+
+    #[test]
+    fn autoscaling_bounds_are_checked() {
+        let mut ms = sample();
+        if let Some(a) = ms.spec.autoscaling.as_mut() {
+            a.min_replicas = 5;
+            a.max_replicas = 2;
+        }
+        let err = validate(&ms, "default").expect_err("invalid");
+        assert!(err.to_string().contains("maxReplicas (2)"), "{err}");
+    }
+
+    #[test]
+    fn quantities() {
+        for good in ["4", "500m", "32Gi", "1.5", "1e3", "0.5Gi", "+1"] {
+            assert!(is_quantity(good), "{good}");
+        }
+        for bad in ["", "abc", "4 Gi", "1..2", "Gi", "12x", "1e"] {
+            assert!(!is_quantity(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn bad_quantities_name_the_field() {
+        let mut ms = sample();
+        ms.spec.resources = Some(crate::api::ResourceRequests {
+            cpu: None,
+            memory: Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity(
+                "lots".into(),
+            )),
+        });
+        let err = validate(&ms, "default").expect_err("invalid");
+        assert!(err.to_string().contains("spec.resources.memory"), "{err}");
+    }
+}

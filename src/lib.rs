@@ -1,0 +1,13 @@
+//! modelservice-operator: runs AI model-serving workloads on GPU clusters.
+//!
+//! Layout (see ../shared/DESIGN.md):
+//! - [`api`]: the `ModelService` custom resource types (the CRD is generated from them).
+//! - [`core`]: the pure core: validate a spec, build the desired children, compute status.
+//!   No I/O, so it is what `render` prints and what most tests exercise.
+//! - [`controller`]: the I/O around the core: observe, apply, report, finalize, events.
+//! - [`runtime`]: process wiring: CLI, Controller, leader election, HTTP, signals, logs.
+
+pub mod api;
+pub mod controller;
+pub mod core;
+pub mod runtime;

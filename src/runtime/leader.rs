@@ -1,0 +1,205 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, with kube-lease-manager.
+//!
+//! Every replica keeps its caches warm; only the holder reconciles (see
+//! `controller::Leadership`). Two additions to the crate's own loop:
+//! - standbys also watch the Lease, so a holder that releases it on SIGTERM is
+//!   replaced within a second or two instead of after the lease expires;
+//! - a holder that loses the lease is reported to `run`, which stops the
+//!   process (fail-stop): a replica that may no longer write must not finish
+//!   half a reconcile.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::runtime::watcher;
+use kube::{Api, Client};
+use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::{info, warn};
+
+use crate::controller::Leadership;
+use crate::core::labels::MANAGER;
+use crate::runtime::metrics::Metrics;
+use std::sync::Arc;
+
+/// The Lease's name, fixed by the API contract.
+pub const LEASE_NAME: &str = "modelservice-operator";
+
+/// Settings of the election.
+#[derive(Clone, Debug)]
+pub struct ElectionConfig {
+    pub namespace: String,
+    pub identity: String,
+    pub duration: Duration,
+}
+
+/// A running election.
+pub struct Election {
+    /// Fires `true` each time this replica becomes the leader.
+    pub acquired: watch::Receiver<bool>,
+    /// Receives once if the lease is lost while leading.
+    pub lost: mpsc::Receiver<()>,
+    release: Option<oneshot::Sender<oneshot::Sender<()>>>,
+}
+
+impl Election {
+    /// Releases the lease (if held) and stops campaigning; waits for the
+    /// release request to finish so the next holder can start at once.
+    pub async fn release(mut self) {
+        if let Some(tx) = self.release.take() {
+            let (done_tx, done_rx) = oneshot::channel();
+            if tx.send(done_tx).is_ok() {
+                let _ = tokio::time::timeout(Duration::from_secs(5), done_rx).await;
+            }
+        }
+    }
+}
+
+/// The identity of this replica: POD_NAME from the downward API, else the
+/// host name plus a random suffix (two processes on one host must differ).
+pub fn default_identity() -> String {
+    if let Ok(pod) = std::env::var("POD_NAME")
+        && !pod.is_empty()
+    {
+        return pod;
+    }
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+        })
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "modelservice-operator".into());
+    format!("{host}-{}", random_suffix())
+}
+
+fn random_suffix() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    format!("{:08x}", h.finish() as u32)
+}
+
+/// The Lease namespace: the flag, else the pod's namespace, else "default".
+pub fn lease_namespace(flag: Option<&str>) -> String {
+    flag.map(str::to_string)
+        .or_else(|| {
+            std::env::var("POD_NAMESPACE")
+                .ok()
+                .filter(|s| !s.is_empty())
+        })
+        .unwrap_or_else(|| "default".into())
+}
+
+/// Starts campaigning for the lease.
+pub async fn start(
+    client: Client,
+    cfg: ElectionConfig,
+    leadership: Leadership,
+    metrics: Arc<Metrics>,
+) -> Result<Election, kube_lease_manager::LeaseManagerError> {
+    let secs = cfg.duration.as_secs().max(5);
+    let manager = LeaseManagerBuilder::new(client.clone(), LEASE_NAME)
+        .with_namespace(cfg.namespace.clone())
+        .with_identity(cfg.identity.clone())
+        .with_duration(secs)
+        .with_grace((secs / 3).max(2))
+        .with_field_manager(format!("{MANAGER}-lease"))
+        .build()
+        .await?;
+    let (acquired_tx, acquired) = watch::channel(false);
+    let (lost_tx, lost) = mpsc::channel(1);
+    let (release_tx, release_rx) = oneshot::channel();
+    info!(identity = %cfg.identity, namespace = %cfg.namespace, lease = LEASE_NAME, "campaigning for leadership");
+    let freed = lease_freed(Api::namespaced(client, &cfg.namespace));
+    tokio::spawn(campaign(
+        manager,
+        leadership,
+        metrics,
+        acquired_tx,
+        lost_tx,
+        release_rx,
+        freed,
+    ));
+    Ok(Election {
+        acquired,
+        lost,
+        release: Some(release_tx),
+    })
+}
+
+/// A stream that yields whenever the Lease is seen without a holder.
+fn lease_freed(api: Api<Lease>) -> impl futures::Stream<Item = ()> + Send + Unpin {
+    Box::pin(
+        watcher::watch_object(api, LEASE_NAME).filter_map(|ev| async move {
+            match ev {
+                Ok(Some(lease)) => {
+                    let holder = lease
+                        .spec
+                        .and_then(|s| s.holder_identity)
+                        .unwrap_or_default();
+                    holder.is_empty().then_some(())
+                }
+                Ok(None) => Some(()),
+                Err(_) => None,
+            }
+        }),
+    )
+}
+
+async fn campaign(
+    manager: LeaseManager,
+    leadership: Leadership,
+    metrics: Arc<Metrics>,
+    acquired: watch::Sender<bool>,
+    lost: mpsc::Sender<()>,
+    mut release: oneshot::Receiver<oneshot::Sender<()>>,
+    mut freed: impl futures::Stream<Item = ()> + Send + Unpin,
+) {
+    loop {
+        tokio::select! {
+            biased;
+            done = &mut release => {
+                leadership.set(false);
+                metrics.set_leader(false);
+                match manager.release().await {
+                    Ok(()) => info!("released the leader lease"),
+                    Err(e) => warn!(error = %e, "could not release the leader lease; it expires by itself"),
+                }
+                if let Ok(done) = done {
+                    let _ = done.send(());
+                }
+                return;
+            }
+            changed = manager.changed() => match changed {
+                Ok(true) => {
+                    info!("became the leader");
+                    leadership.set(true);
+                    metrics.set_leader(true);
+                    let _ = acquired.send(true);
+                }
+                Ok(false) => {
+                    let was_leader = leadership.is_leader();
+                    leadership.set(false);
+                    metrics.set_leader(false);
+                    if was_leader {
+                        warn!("lost the leader lease");
+                        let _ = lost.send(()).await;
+                        return;
+                    }
+                }
+                Err(e) => {
+                    warn!(error = %e, "leader election request failed; retrying");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            },
+            // A standby re-checks at once when the lease is freed; the leader
+            // ignores these (it is the one renewing).
+            Some(()) = freed.next(), if !leadership.is_leader() => {}
+        }
+    }
+}

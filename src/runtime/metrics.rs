@@ -1,0 +1,240 @@
+//! Prometheus metrics, all prefixed `modelservice_`.
+//!
+//! Per-object series are removed when the object is deleted, so a cluster
+//! that churns ModelServices does not grow the scrape forever.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+use crate::api::{ModelServiceStatus, condition_types as ct};
+use crate::controller::Error;
+use crate::core::conditions::find;
+
+/// The operator's metrics and the registry that serves them.
+pub struct Metrics {
+    pub registry: Registry,
+    reconciles: IntCounterVec,
+    errors: IntCounterVec,
+    duration: Histogram,
+    ready: IntGaugeVec,
+    by_ready: IntGaugeVec,
+    by_reason: IntGaugeVec,
+    child_writes: IntCounterVec,
+    leader: IntGauge,
+    /// (ready, reason) per namespace/name, to recompute the aggregate gauges.
+    states: Mutex<HashMap<(String, String), (bool, String)>>,
+}
+
+impl Metrics {
+    pub fn new() -> Result<Self, prometheus::Error> {
+        let registry = Registry::new();
+        let reconciles = IntCounterVec::new(
+            Opts::new(
+                "modelservice_reconcile_total",
+                "Reconciles by result (success or error).",
+            ),
+            &["result"],
+        )?;
+        let errors = IntCounterVec::new(
+            Opts::new(
+                "modelservice_reconcile_errors_total",
+                "Failed reconciles by error kind.",
+            ),
+            &["kind"],
+        )?;
+        let duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "modelservice_reconcile_duration_seconds",
+                "Time one reconcile takes.",
+            )
+            .buckets(vec![
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
+        )?;
+        let ready = IntGaugeVec::new(
+            Opts::new(
+                "modelservice_ready",
+                "1 when the ModelService is Ready, else 0.",
+            ),
+            &["namespace", "name"],
+        )?;
+        let by_ready = IntGaugeVec::new(
+            Opts::new(
+                "modelservice_resources",
+                "ModelServices by Ready condition status.",
+            ),
+            &["ready"],
+        )?;
+        let by_reason = IntGaugeVec::new(
+            Opts::new(
+                "modelservice_condition_reason",
+                "ModelServices by the reason of their Ready condition (Available, RollingOut, InsufficientGPU, ...).",
+            ),
+            &["reason"],
+        )?;
+        let child_writes = IntCounterVec::new(
+            Opts::new(
+                "modelservice_child_apply_total",
+                "Child apply decisions by kind and outcome (create, update, delete, unchanged = no request sent).",
+            ),
+            &["kind", "op"],
+        )?;
+        let leader = IntGauge::new(
+            "modelservice_leader",
+            "1 while this replica holds the leader lease.",
+        )?;
+        registry.register(Box::new(reconciles.clone()))?;
+        registry.register(Box::new(errors.clone()))?;
+        registry.register(Box::new(duration.clone()))?;
+        registry.register(Box::new(ready.clone()))?;
+        registry.register(Box::new(by_ready.clone()))?;
+        registry.register(Box::new(by_reason.clone()))?;
+        registry.register(Box::new(child_writes.clone()))?;
+        registry.register(Box::new(leader.clone()))?;
+        Ok(Self {
+            registry,
+            reconciles,
+            errors,
+            duration,
+            ready,
+            by_ready,
+            by_reason,
+            child_writes,
+            leader,
+            states: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn reconciled(&self, took: Duration, error: Option<&Error>) {
+        self.duration.observe(took.as_secs_f64());
+        match error {
+            None => self.reconciles.with_label_values(&["success"]).inc(),
+            Some(e) => {
+                self.reconciles.with_label_values(&["error"]).inc();
+                self.errors.with_label_values(&[e.kind()]).inc();
+            }
+        }
+    }
+
+    pub fn child_write(&self, kind: &str, op: &str) {
+        self.child_writes.with_label_values(&[kind, op]).inc();
+    }
+
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.set(i64::from(leader));
+    }
+
+    /// Records what the status says about one ModelService.
+    pub fn observe_status(&self, ns: &str, name: &str, status: &ModelServiceStatus) {
+        let cond = find(&status.conditions, ct::READY);
+        let ready = cond.is_some_and(|c| c.status == "True");
+        let reason = cond.map(|c| c.reason.clone()).unwrap_or_default();
+        self.ready
+            .with_label_values(&[ns, name])
+            .set(i64::from(ready));
+        if let Ok(mut states) = self.states.lock() {
+            states.insert((ns.to_string(), name.to_string()), (ready, reason));
+            self.recompute(&states);
+        }
+    }
+
+    /// Drops every series of a deleted ModelService.
+    pub fn forget(&self, ns: &str, name: &str) {
+        let _ = self.ready.remove_label_values(&[ns, name]);
+        if let Ok(mut states) = self.states.lock() {
+            states.remove(&(ns.to_string(), name.to_string()));
+            self.recompute(&states);
+        }
+    }
+
+    fn recompute(&self, states: &HashMap<(String, String), (bool, String)>) {
+        let mut by_ready: BTreeMap<&str, i64> = BTreeMap::from([("True", 0), ("False", 0)]);
+        let mut by_reason: BTreeMap<&str, i64> = BTreeMap::new();
+        for (ready, reason) in states.values() {
+            *by_ready
+                .entry(if *ready { "True" } else { "False" })
+                .or_default() += 1;
+            *by_reason.entry(reason.as_str()).or_default() += 1;
+        }
+        for (k, v) in by_ready {
+            self.by_ready.with_label_values(&[k]).set(v);
+        }
+        self.by_reason.reset();
+        for (k, v) in by_reason {
+            self.by_reason.with_label_values(&[k]).set(v);
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        if TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .is_err()
+        {
+            return String::new();
+        }
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::conditions::{Wanted, merge};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn status(ready: bool, reason: &str) -> ModelServiceStatus {
+        let now = Time(Timestamp::from_second(1).expect("ts"));
+        ModelServiceStatus {
+            conditions: merge(&[], &[Wanted::new(ct::READY, ready, reason, "")], 1, &now),
+            ..ModelServiceStatus::default()
+        }
+    }
+
+    #[test]
+    fn gauges_follow_status_and_forget_deleted_objects() {
+        let m = Metrics::new().expect("metrics");
+        m.observe_status("ml", "a", &status(true, "Available"));
+        m.observe_status("ml", "b", &status(false, "InsufficientGPU"));
+        let text = m.render();
+        assert!(
+            text.contains("modelservice_ready{name=\"a\",namespace=\"ml\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("modelservice_condition_reason{reason=\"InsufficientGPU\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("modelservice_resources{ready=\"False\"} 1"),
+            "{text}"
+        );
+        m.forget("ml", "b");
+        let text = m.render();
+        assert!(!text.contains("name=\"b\""), "{text}");
+        assert!(!text.contains("reason=\"InsufficientGPU\""), "{text}");
+    }
+
+    #[test]
+    fn reconciles_are_counted_by_result() {
+        let m = Metrics::new().expect("metrics");
+        m.reconciled(Duration::from_millis(3), None);
+        let text = m.render();
+        assert!(
+            text.contains("modelservice_reconcile_total{result=\"success\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("modelservice_reconcile_duration_seconds_count 1"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,12 @@
+//! Process wiring: CLI, the Controller and its watches, leader election, the
+//! HTTP server, signals and logs. No reconcile logic lives here.
+
+pub mod cli;
+pub mod http;
+pub mod leader;
+pub mod logging;
+pub mod metrics;
+pub mod render;
+pub mod run;
+pub mod shutdown;
+pub mod startup;

@@ -1,0 +1,72 @@
+//! `render -f FILE`: the children of each ModelService in a file, offline,
+//! through exactly the validate and build code that reconcile runs.
+
+use serde::Deserialize;
+
+use crate::api::ModelService;
+use crate::core::{build_children, validate};
+
+/// Renders every ModelService document of `yaml`. Documents of other kinds
+/// are skipped, so a whole GitOps folder can be piped in.
+pub fn render(yaml: &str, default_namespace: &str) -> Result<String, String> {
+    let mut out = String::new();
+    let mut found = 0;
+    for (i, doc) in serde_yaml::Deserializer::from_str(yaml).enumerate() {
+        let value =
+            serde_yaml::Value::deserialize(doc).map_err(|e| format!("document {}: {e}", i + 1))?;
+        if value.is_null() {
+            continue;
+        }
+        if value.get("kind").and_then(|k| k.as_str()) != Some("ModelService") {
+            continue;
+        }
+        found += 1;
+        let ms: ModelService = serde_yaml::from_value(value)
+            .map_err(|e| format!("document {}: not a valid ModelService: {e}", i + 1))?;
+        let valid =
+            validate(&ms, default_namespace).map_err(|e| format!("document {}: {e}", i + 1))?;
+        let children = build_children(&valid, None);
+        out.push_str(&children.to_yaml().map_err(|e| e.to_string())?);
+    }
+    if found == 0 {
+        return Err("no ModelService document found".into());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: &str = "apiVersion: serving.modelservice.dev/v1alpha1\nkind: ModelService\nmetadata: {name: tiny}\nspec: {model: m, image: i, gpus: 0}\n";
+
+    #[test]
+    fn renders_deployment_and_service_without_a_cluster() {
+        let out = render(MS, "team").expect("renders");
+        assert!(out.contains("kind: Deployment") && out.contains("kind: Service"));
+        assert!(!out.contains("HorizontalPodAutoscaler"));
+        assert!(out.contains("namespace: team"));
+        assert!(
+            !out.contains("ownerReferences"),
+            "no uid offline, so no owner reference"
+        );
+    }
+
+    #[test]
+    fn skips_other_kinds_and_renders_each_modelservice() {
+        let two = format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: x}}\n---\n{MS}---\n{}",
+            MS.replace("tiny", "other")
+        );
+        let out = render(&two, "default").expect("renders");
+        assert_eq!(out.matches("kind: Deployment").count(), 2);
+    }
+
+    #[test]
+    fn invalid_specs_fail_with_the_reason() {
+        let bad = MS.replace("gpus: 0", "gpus: 0, gpuResource: gpu");
+        let err = render(&bad, "default").expect_err("invalid");
+        assert!(err.contains("spec.gpuResource"), "{err}");
+        assert!(render("kind: ConfigMap\n", "default").is_err());
+    }
+}
