@@ -1,0 +1,121 @@
+{{/*
+Chart name, truncated to 63 characters (DNS label limit).
+*/}}
+{{- define "modelservice-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Full name: <release>-<chart>, or the release name when it already contains the
+chart name, truncated to 63 characters.
+*/}}
+{{- define "modelservice-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+helm.sh/chart label value: <chart>-<version>.
+*/}}
+{{- define "modelservice-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Selector labels: stable across upgrades (a Deployment selector is immutable).
+*/}}
+{{- define "modelservice-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "modelservice-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+Standard labels on every object of the chart.
+*/}}
+{{- define "modelservice-operator.labels" -}}
+helm.sh/chart: {{ include "modelservice-operator.chart" . }}
+{{ include "modelservice-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | trunc 63 | quote }}
+app.kubernetes.io/component: operator
+app.kubernetes.io/part-of: modelservice-operator
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+The ServiceAccount the operator runs as.
+*/}}
+{{- define "modelservice-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "modelservice-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The operator image: repository@digest, else repository:tag (tag defaults to appVersion).
+*/}}
+{{- define "modelservice-operator.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Whether the PodDisruptionBudget is rendered: "auto" means when replicas > 1.
+*/}}
+{{- define "modelservice-operator.pdbEnabled" -}}
+{{- $e := toString .Values.podDisruptionBudget.enabled }}
+{{- if or (eq $e "true") (and (eq $e "auto") (gt (int .Values.replicas) 1)) }}true{{ end }}
+{{- end }}
+
+{{/*
+The workload rules of config/rbac/permissions.yaml (clusterRules). Used by the
+ClusterRole, or by the namespaced Role when watchNamespace is set. Keep in sync
+with config/rbac/permissions.yaml: .ci/packaging.sh fails on any difference.
+*/}}
+{{- define "modelservice-operator.workloadRules" -}}
+- apiGroups: ["serving.modelservice.dev"]
+  resources: ["modelservices"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["serving.modelservice.dev"]
+  resources: ["modelservices/status"]
+  verbs: ["patch"]
+- apiGroups: ["serving.modelservice.dev"]
+  resources: ["modelservices/finalizers"]
+  verbs: ["update"]
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+- apiGroups: ["autoscaling"]
+  resources: ["horizontalpodautoscalers"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}
+
+{{/*
+The leader-election rules of config/rbac/permissions.yaml (leaseRules).
+*/}}
+{{- define "modelservice-operator.leaseRules" -}}
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["get", "list", "watch", "create", "update", "patch"]
+{{- end }}

@@ -1,0 +1,275 @@
+//! Contract tests: the committed CRD is exactly what the Rust types generate,
+//! and the schema the API server will enforce accepts our samples and rejects
+//! the bad documents API.md promises to reject.
+//!
+//! The schema check combines a JSON Schema validator (types, ranges, lengths,
+//! enums, required) with kube's client-side CEL evaluator for the
+//! `x-kubernetes-validations` rules, so both halves of the API server's
+//! validation are exercised offline.
+
+use std::path::{Path, PathBuf};
+
+use kube::CustomResourceExt;
+use modelservice_operator::api::{CRD_FILE, ModelService, crd_yaml};
+use serde_json::{Value, json};
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+fn schema() -> Value {
+    let crd = serde_json::to_value(ModelService::crd()).expect("crd serializes");
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+}
+
+/// Every problem the API server's schema validation would report for `obj`.
+fn schema_errors(obj: &Value) -> Vec<String> {
+    let schema = schema();
+    let mut errors: Vec<String> = match jsonschema::validator_for(&schema) {
+        Ok(v) => v
+            .iter_errors(obj)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect(),
+        Err(e) => vec![format!("schema does not compile: {e}")],
+    };
+    if let Err(cel) = kube::core::cel::Validator::new().validate(&schema, obj, None) {
+        errors.extend(cel.into_vec().into_iter().map(|e| e.to_string()));
+    }
+    errors
+}
+
+fn yaml_docs(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| {
+            serde::Deserialize::deserialize(d).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        })
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+fn yaml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.extension().is_some_and(|x| x == "yaml")
+                && p.file_name().is_some_and(|n| n != "kustomization.yaml")
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+fn minimal() -> Value {
+    json!({"apiVersion": "serving.modelservice.dev/v1alpha1", "kind": "ModelService",
+           "metadata": {"name": "m", "namespace": "ml"},
+           "spec": {"model": "org/model", "image": "vllm/vllm-openai:v0.8.5"}})
+}
+
+#[test]
+fn committed_crd_is_what_the_types_generate() {
+    let generated = crd_yaml().expect("renders");
+    let committed = std::fs::read_to_string(repo(CRD_FILE)).expect("crds/modelservice.yaml exists");
+    assert!(
+        generated == committed,
+        "{CRD_FILE} is stale: run `cargo run -- crd > {CRD_FILE}` and commit it"
+    );
+}
+
+#[test]
+fn crd_uses_only_integer_formats_kubernetes_accepts() {
+    let y = crd_yaml().expect("renders");
+    assert!(
+        !y.contains("uint"),
+        "unsigned formats are rejected by the API server"
+    );
+    for line in y.lines().filter(|l| l.trim_start().starts_with("format:")) {
+        let f = line.trim_start().trim_start_matches("format:").trim();
+        assert!(
+            ["int32", "int64", "date-time", "double"].contains(&f),
+            "unexpected format {f}"
+        );
+    }
+}
+
+/// `kubectl explain modelservice.spec.X` must say something for every field.
+#[test]
+fn every_field_has_a_description() {
+    fn walk(path: &str, s: &Value, missing: &mut Vec<String>) {
+        if let Some(props) = s.get("properties").and_then(Value::as_object) {
+            for (k, v) in props {
+                let p = format!("{path}.{k}");
+                if v.get("description")
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+                {
+                    missing.push(p.clone());
+                }
+                walk(&p, v, missing);
+            }
+        }
+        if let Some(items) = s.get("items") {
+            walk(&format!("{path}[]"), items, missing);
+        }
+    }
+    let mut missing = Vec::new();
+    let s = schema();
+    for top in ["spec", "status"] {
+        walk(top, &s["properties"][top], &mut missing);
+    }
+    assert!(
+        missing.is_empty(),
+        "fields without a description: {missing:?}"
+    );
+}
+
+#[test]
+fn crd_has_the_subresources_columns_and_names_api_md_promises() {
+    let crd = serde_json::to_value(ModelService::crd()).expect("crd");
+    let v = &crd["spec"]["versions"][0];
+    assert_eq!(crd["spec"]["group"], "serving.modelservice.dev");
+    assert_eq!(crd["spec"]["scope"], "Namespaced");
+    assert_eq!(crd["spec"]["names"]["plural"], "modelservices");
+    assert_ne!(
+        crd["spec"]["names"]["shortNames"][0], "msvc",
+        "llm-d owns msvc"
+    );
+    assert_eq!(v["name"], "v1alpha1");
+    assert_eq!(v["subresources"]["status"], json!({}));
+    assert_eq!(
+        v["subresources"]["scale"],
+        json!({"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas", "labelSelectorPath": ".status.selector"})
+    );
+    let columns: Vec<&str> = v["additionalPrinterColumns"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    for c in ["Model", "Ready", "Reason", "Replicas", "Age"] {
+        assert!(columns.contains(&c), "missing column {c}: {columns:?}");
+    }
+    let spec = &v["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+    assert_eq!(spec["replicas"]["default"], 1);
+    assert_eq!(spec["port"]["default"], 8000);
+    assert_eq!(spec["gpus"]["default"], 1);
+    assert_eq!(spec["gpuResource"]["default"], "nvidia.com/gpu");
+    assert_eq!(spec["strategy"]["default"], "RollingUpdate");
+    assert_eq!(
+        spec["strategy"]["enum"],
+        json!(["RollingUpdate", "Recreate"])
+    );
+}
+
+#[test]
+fn a_minimal_document_is_accepted() {
+    let errors = schema_errors(&minimal());
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+#[test]
+fn bad_documents_are_rejected_naming_the_field() {
+    let cases: &[(&str, Value, &str)] = &[
+        ("replicas 0", json!({"replicas": 0}), "replicas"),
+        ("replicas 101", json!({"replicas": 101}), "replicas"),
+        ("port 70000", json!({"port": 70000}), "port"),
+        ("gpus -1", json!({"gpus": -1}), "gpus"),
+        ("empty model", json!({"model": ""}), "model"),
+        ("empty image", json!({"image": ""}), "image"),
+        (
+            "unknown strategy",
+            json!({"strategy": "BlueGreen"}),
+            "strategy",
+        ),
+        ("replicas as text", json!({"replicas": "two"}), "replicas"),
+    ];
+    for (what, patch, field) in cases {
+        let mut doc = minimal();
+        for (k, v) in patch.as_object().expect("object") {
+            doc["spec"][k] = v.clone();
+        }
+        let errors = schema_errors(&doc);
+        assert!(!errors.is_empty(), "{what} was accepted");
+        assert!(
+            errors.iter().any(|e| e.contains(field)),
+            "{what}: errors do not name {field}: {errors:?}"
+        );
+    }
+    let mut no_model = minimal();
+    if let Some(spec) = no_model["spec"].as_object_mut() {
+        spec.remove("model");
+    }
+    assert!(
+        !schema_errors(&no_model).is_empty(),
+        "a missing model was accepted"
+    );
+}
+
+#[test]
+fn the_cel_rule_rejects_max_below_min() {
+    let mut doc = minimal();
+    doc["spec"]["autoscaling"] = json!({"minReplicas": 4, "maxReplicas": 2});
+    let errors = schema_errors(&doc);
+    assert!(
+        errors.iter().any(|e| e.contains("maxReplicas")),
+        "{errors:?}"
+    );
+    doc["spec"]["autoscaling"] = json!({"minReplicas": 2, "maxReplicas": 2});
+    assert!(schema_errors(&doc).is_empty());
+    doc["spec"]["autoscaling"] = json!({"maxReplicas": 3});
+    assert!(schema_errors(&doc).is_empty(), "minReplicas defaults to 1");
+}
+
+#[test]
+fn every_sample_is_valid_and_parses_as_a_modelservice() {
+    let files = yaml_files(&repo("config/samples"));
+    assert!(
+        files.len() >= 2,
+        "expected a minimal and a full sample, found {files:?}"
+    );
+    let mut autoscaled = false;
+    for f in files {
+        for doc in yaml_docs(&f) {
+            let errors = schema_errors(&doc);
+            assert!(errors.is_empty(), "{}: {errors:?}", f.display());
+            let ms: ModelService =
+                serde_json::from_value(doc).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+            autoscaled |= ms.spec.autoscaling.is_some();
+            modelservice_operator::core::validate(&ms, "default")
+                .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        }
+    }
+    assert!(autoscaled, "one sample must use autoscaling");
+}
+
+#[test]
+fn every_deliberately_bad_sample_is_rejected() {
+    let files = yaml_files(&repo("config/samples/invalid"));
+    assert!(
+        files.len() >= 5,
+        "expected the bad samples, found {files:?}"
+    );
+    for f in files {
+        let text = std::fs::read_to_string(&f).expect("readable");
+        // Each bad sample says which field must be named in the rejection.
+        let field = text
+            .lines()
+            .find_map(|l| l.strip_prefix("# expected-error-field: spec."))
+            .unwrap_or_else(|| panic!("{} lacks an expected-error-field comment", f.display()))
+            .trim()
+            .rsplit('.')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        for doc in yaml_docs(&f) {
+            let errors = schema_errors(&doc);
+            assert!(!errors.is_empty(), "{} was accepted", f.display());
+            assert!(
+                errors.iter().any(|e| e.contains(&field)),
+                "{}: errors do not name {field}: {errors:?}",
+                f.display()
+            );
+        }
+    }
+}
