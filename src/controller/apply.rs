@@ -19,6 +19,7 @@ use super::error::is_not_found;
 use super::observe::cached;
 use super::{Context, Error, events};
 use crate::core::Children;
+use crate::core::fingerprint::stamp;
 use crate::core::labels::MANAGER;
 use crate::core::subset::is_subset;
 
@@ -62,10 +63,11 @@ where
         return Err(Error::MissingField("child name or namespace"));
     };
     let current = cached(store, &ns, &name);
-    let desired_json = serde_json::to_value(desired).map_err(|source| Error::Serialize {
+    let mut desired_json = serde_json::to_value(desired).map_err(|source| Error::Serialize {
         what: "child",
         source,
     })?;
+    stamp(&mut desired_json);
     if let Some(cur) = &current {
         let cur_json = serde_json::to_value(cur.as_ref()).map_err(|source| Error::Serialize {
             what: "cached child",

@@ -52,9 +52,26 @@ impl Stores {
     /// reconcile never mistakes "not cached yet" for "missing". True once
     /// synced; false if a reflector stopped.
     pub async fn wait_ready(&self) -> bool {
-        self.deployments.wait_until_ready().await.is_ok()
-            && self.services.wait_until_ready().await.is_ok()
-            && self.hpas.wait_until_ready().await.is_ok()
+        synced(&self.deployments).await && synced(&self.services).await && synced(&self.hpas).await
+    }
+}
+
+/// Waits until `store` has done its first list; false if its writer is gone.
+///
+/// `Store::wait_until_ready` wakes only the most recent of several concurrent
+/// waiters (its one-shot receiver keeps one waker), and the Controller itself
+/// waits on the main store. Re-polling on a short timer makes every waiter
+/// see readiness, at the cost of at most one timer tick of delay.
+pub async fn synced<K>(store: &Store<K>) -> bool
+where
+    K: kube::runtime::reflector::Lookup + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    loop {
+        match tokio::time::timeout(Duration::from_millis(100), store.wait_until_ready()).await {
+            Ok(result) => return result.is_ok(),
+            Err(_elapsed) => continue,
+        }
     }
 }
 

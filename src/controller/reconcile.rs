@@ -89,9 +89,11 @@ async fn apply_spec(ms: &ModelService, ctx: &Context) -> Result<Action, Error> {
     let ns = ms.namespace().unwrap_or_default();
     let name = ms.name_any();
     let uid = ms.uid().ok_or(Error::MissingField("metadata.uid"))?;
-    let owner = ms
+    let mut owner = ms
         .controller_owner_ref(&())
         .ok_or(Error::MissingField("metadata.uid"))?;
+    // Foreground deletion of the ModelService waits for its children.
+    owner.block_owner_deletion = Some(true);
     let reference = ms.object_ref(&());
     let generation = ms.metadata.generation.unwrap_or(0);
 

@@ -9,6 +9,7 @@ pub mod children;
 pub mod conditions;
 pub mod deployment;
 pub mod diagnosis;
+pub mod fingerprint;
 pub mod hpa;
 pub mod labels;
 pub mod reasons;

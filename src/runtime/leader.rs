@@ -102,22 +102,18 @@ pub async fn start(
     leadership: Leadership,
     metrics: Arc<Metrics>,
 ) -> Result<Election, kube_lease_manager::LeaseManagerError> {
-    let secs = cfg.duration.as_secs().max(5);
-    let manager = LeaseManagerBuilder::new(client.clone(), LEASE_NAME)
-        .with_namespace(cfg.namespace.clone())
-        .with_identity(cfg.identity.clone())
-        .with_duration(secs)
-        .with_grace((secs / 3).max(2))
-        .with_field_manager(format!("{MANAGER}-lease"))
-        .build()
-        .await?;
+    let manager = build_manager(&client, &cfg).await?;
     let (acquired_tx, acquired) = watch::channel(false);
     let (lost_tx, lost) = mpsc::channel(1);
     let (release_tx, release_rx) = oneshot::channel();
     info!(identity = %cfg.identity, namespace = %cfg.namespace, lease = LEASE_NAME, "campaigning for leadership");
-    let freed = lease_freed(Api::namespaced(client, &cfg.namespace));
+    let freed = lease_freed(Api::namespaced(client.clone(), &cfg.namespace));
     tokio::spawn(campaign(
-        manager,
+        Candidate {
+            client: client.clone(),
+            cfg: cfg.clone(),
+            manager,
+        },
         leadership,
         metrics,
         acquired_tx,
@@ -130,6 +126,29 @@ pub async fn start(
         lost,
         release: Some(release_tx),
     })
+}
+
+/// A lease manager; building one reads the Lease afresh.
+async fn build_manager(
+    client: &Client,
+    cfg: &ElectionConfig,
+) -> Result<LeaseManager, kube_lease_manager::LeaseManagerError> {
+    let secs = cfg.duration.as_secs().max(5);
+    LeaseManagerBuilder::new(client.clone(), LEASE_NAME)
+        .with_namespace(cfg.namespace.clone())
+        .with_identity(cfg.identity.clone())
+        .with_duration(secs)
+        .with_grace((secs / 3).max(2))
+        .with_field_manager(format!("{MANAGER}-lease"))
+        .build()
+        .await
+}
+
+/// What the campaign needs to rebuild its manager.
+struct Candidate {
+    client: Client,
+    cfg: ElectionConfig,
+    manager: LeaseManager,
 }
 
 /// A stream that yields whenever the Lease is seen without a holder.
@@ -152,7 +171,7 @@ fn lease_freed(api: Api<Lease>) -> impl futures::Stream<Item = ()> + Send + Unpi
 }
 
 async fn campaign(
-    manager: LeaseManager,
+    mut candidate: Candidate,
     leadership: Leadership,
     metrics: Arc<Metrics>,
     acquired: watch::Sender<bool>,
@@ -166,7 +185,7 @@ async fn campaign(
             done = &mut release => {
                 leadership.set(false);
                 metrics.set_leader(false);
-                match manager.release().await {
+                match candidate.manager.release().await {
                     Ok(()) => info!("released the leader lease"),
                     Err(e) => warn!(error = %e, "could not release the leader lease; it expires by itself"),
                 }
@@ -175,7 +194,7 @@ async fn campaign(
                 }
                 return;
             }
-            changed = manager.changed() => match changed {
+            changed = candidate.manager.changed() => match changed {
                 Ok(true) => {
                     info!("became the leader");
                     leadership.set(true);
@@ -198,8 +217,15 @@ async fn campaign(
                 }
             },
             // A standby re-checks at once when the lease is freed; the leader
-            // ignores these (it is the one renewing).
-            Some(()) = freed.next(), if !leadership.is_leader() => {}
+            // ignores these (it is the one renewing). The crate's manager
+            // trusts its cached view of the lease until it expires, so a
+            // fresh one (which reads the Lease) is what notices the release.
+            Some(()) = freed.next(), if !leadership.is_leader() => {
+                match build_manager(&candidate.client, &candidate.cfg).await {
+                    Ok(m) => candidate.manager = m,
+                    Err(e) => warn!(error = %e, "could not re-read the lease"),
+                }
+            }
         }
     }
 }

@@ -26,6 +26,7 @@ use super::metrics::Metrics;
 use super::shutdown::Shutdown;
 use super::startup::{self, StartupError};
 use crate::api::ModelService;
+use crate::controller::context::synced;
 use crate::controller::{Context, ControllerConfig, Leadership, Stores, error_policy, reconcile};
 use crate::core::labels::{MANAGED_BY_LABEL, MANAGER};
 
@@ -150,7 +151,7 @@ pub async fn run(client: Client, cfg: RunConfig, shutdown: Shutdown) -> Result<(
     {
         let (main, children) = (ms_store.clone(), stores.clone());
         tokio::spawn(async move {
-            if main.wait_until_ready().await.is_ok() && children.wait_ready().await {
+            if synced(&main).await && children.wait_ready().await {
                 info!("caches synced; ready");
                 readiness.set_ready();
             }

@@ -1,0 +1,100 @@
+//! Status that explains itself: GPU shortage and image pull failures are
+//! named, announced once, and cleared when the cause goes away.
+
+use k8s_openapi::api::events::v1::Event;
+use kube::api::ListParams;
+use serde_json::json;
+
+use crate::harness::{CONVERGE, Env, wait_for};
+use crate::observe::*;
+
+async fn warnings(env: &Env, name: &str, reason: &str) -> usize {
+    let lp = ListParams::default();
+    env.api::<Event>()
+        .list(&lp)
+        .await
+        .map(|l| {
+            l.items
+                .iter()
+                .filter(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                        && e.reason.as_deref() == Some(reason)
+                        && e.type_.as_deref() == Some("Warning")
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_shortage_is_named_announced_once_and_clears_by_itself() {
+    let env = Env::new().await;
+    let _op = env.operator().arg("--resync-period").arg("1s").start();
+    // 16 GPUs per replica: more than any node has (8 on the simulator, 0 on kind).
+    env.apply_ms("big", json!({"model": "meta-llama/Llama-3.1-405B-Instruct", "image": serving_image(), "gpus": 16})).await;
+    let ms = wait_ms(&env, "big", "InsufficientGPU", CONVERGE, |ms| {
+        condition(ms, "Degraded") == Some(("True".into(), "InsufficientGPU".into()))
+    })
+    .await;
+    assert_eq!(
+        condition(&ms, "Ready"),
+        Some(("False".into(), "InsufficientGPU".into()))
+    );
+    let msg = message(&ms, "Degraded");
+    assert!(
+        msg.contains("Insufficient nvidia.com/gpu"),
+        "the scheduler is quoted: {msg}"
+    );
+    assert!(
+        msg.contains("16 free nvidia.com/gpu"),
+        "the request is stated: {msg}"
+    );
+
+    // Several reconciles later, still exactly one event for this cause.
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    assert_eq!(
+        warnings(&env, "big", "InsufficientGPU").await,
+        1,
+        "one event per cause, not per reconcile"
+    );
+
+    let Some(sim) = env.sim.as_ref() else {
+        eprintln!("SKIPPED recovery part: a real cluster's GPUs cannot be added by the test");
+        return env.finish().await;
+    };
+    sim.set_gpus_per_node(16);
+    let ms = wait_ready(&env, "big").await;
+    assert_eq!(
+        condition(&ms, "Degraded"),
+        Some(("False".into(), "AsExpected".into()))
+    );
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_pull_failure_is_named_and_clears_when_fixed() {
+    let env = Env::new().await;
+    let _op = env.operator().start();
+    let mut spec = cpu_spec();
+    spec["image"] = json!("registry.invalid/no/such-image:does-not-exist");
+    env.apply_ms("pull", spec.clone()).await;
+    let ms = wait_ms(&env, "pull", "ImagePullFailed", CONVERGE, |ms| {
+        condition(ms, "Degraded") == Some(("True".into(), "ImagePullFailed".into()))
+    })
+    .await;
+    assert!(message(&ms, "Degraded").contains("registry.invalid/no/such-image:does-not-exist"));
+    wait_for("the ImagePullFailed event", CONVERGE, || async {
+        (warnings(&env, "pull", "ImagePullFailed").await == 1).then_some(())
+    })
+    .await;
+
+    if pods_can_serve("an_image_pull_failure_is_named_and_clears_when_fixed") {
+        env.apply_ms("pull", cpu_spec()).await;
+        let ms = wait_ready(&env, "pull").await;
+        assert_eq!(
+            condition(&ms, "Degraded"),
+            Some(("False".into(), "AsExpected".into()))
+        );
+    }
+    env.finish().await;
+}

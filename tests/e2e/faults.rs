@@ -1,0 +1,112 @@
+//! Faults end in convergence: dropped watches, a paused or restarted API
+//! server, injected 409s and 500s.
+
+use std::time::Duration;
+
+use fake_apiserver::{FailRule, Verb};
+use serde_json::json;
+
+use crate::harness::{CONVERGE, Env, wait_for};
+use crate::observe::*;
+
+async fn converged_on_args(env: &Env, name: &str, arg: &str) {
+    wait_ms(
+        env,
+        name,
+        "the current generation observed",
+        CONVERGE,
+        |_| true,
+    )
+    .await;
+    wait_for(
+        &format!("the Deployment to carry {arg}"),
+        CONVERGE,
+        || async {
+            let d = deployment(env, name).await?;
+            d.spec.template.spec.as_ref()?.containers[0]
+                .args
+                .as_ref()?
+                .iter()
+                .any(|a| a == arg)
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+fn spec_with(arg: &str) -> serde_json::Value {
+    let mut s = cpu_spec();
+    s["args"] = json!([arg]);
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn injected_server_errors_and_conflicts_end_in_convergence() {
+    if !needs_fake("injected_server_errors_and_conflicts_end_in_convergence") {
+        return;
+    }
+    let env = Env::new().await;
+    env.apply_ms("flaky", spec_with("--a")).await;
+    let fake = env.fake();
+    fake.fail_next(FailRule {
+        verb: Some(Verb::Patch),
+        resource: Some("deployments".into()),
+        code: 500,
+        times: 3,
+    });
+    fake.fail_next(FailRule {
+        verb: Some(Verb::Patch),
+        resource: Some("modelservices/status".into()),
+        code: 409,
+        times: 3,
+    });
+    fake.fail_next(FailRule {
+        verb: Some(Verb::Patch),
+        resource: Some("modelservices".into()),
+        code: 500,
+        times: 2,
+    });
+    let _op = env.operator().start();
+    converged_on_args(&env, "flaky", "--a").await;
+    wait_ready(&env, "flaky").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_watches_and_restarts_are_survived() {
+    if !needs_fake("dropped_watches_and_restarts_are_survived") {
+        return;
+    }
+    let env = Env::new().await;
+    let op = env.operator().start();
+    op.ready().await;
+    env.apply_ms("w", spec_with("--one")).await;
+    converged_on_args(&env, "w", "--one").await;
+
+    env.fake().drop_watches();
+    env.apply_ms("w", spec_with("--two")).await;
+    converged_on_args(&env, "w", "--two").await;
+
+    // A restart compacts history: watchers must relist (410 Gone) and carry on.
+    env.fake().restart();
+    env.apply_ms("w", spec_with("--three")).await;
+    converged_on_args(&env, "w", "--three").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_api_server_is_waited_out() {
+    if !needs_fake("a_paused_api_server_is_waited_out") {
+        return;
+    }
+    let env = Env::new().await;
+    let op = env.operator().start();
+    op.ready().await;
+    env.apply_ms("p", spec_with("--before")).await;
+    converged_on_args(&env, "p", "--before").await;
+
+    env.fake().pause();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    env.fake().resume();
+    env.apply_ms("p", spec_with("--after")).await;
+    converged_on_args(&env, "p", "--after").await;
+    wait_ready(&env, "p").await;
+}

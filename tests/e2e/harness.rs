@@ -1,0 +1,324 @@
+//! One harness, two back ends.
+//!
+//! By default every test gets its own in-process fake API server (plus the
+//! cluster simulator that stands in for kube-controller-manager, the scheduler
+//! and kubelet). With `MODELSERVICE_E2E=1` the same tests run against the
+//! cluster in the current kubeconfig, each in a fresh namespace that is
+//! deleted afterwards. Either way the operator under test is the real binary,
+//! started as a child process with a kubeconfig.
+
+use std::future::Future;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use fake_apiserver::FakeApiServer;
+use fake_apiserver::simulator::{ClusterShape, Simulator};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use modelservice_operator::api::ModelService;
+use serde_json::{Value, json};
+
+/// Whether the suite runs against a real cluster.
+pub fn real_cluster() -> bool {
+    std::env::var("MODELSERVICE_E2E").is_ok_and(|v| v == "1")
+}
+
+/// A test's world: a client, a namespace, and a kubeconfig for the binary.
+pub struct Env {
+    pub client: Client,
+    pub namespace: String,
+    pub kubeconfig: PathBuf,
+    pub fake: Option<FakeApiServer>,
+    pub sim: Option<Simulator>,
+    _dir: tempfile::TempDir,
+}
+
+fn unique(prefix: &str) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(Instant::now().elapsed().as_nanos());
+    format!("{prefix}-{:08x}", h.finish() as u32)
+}
+
+impl Env {
+    /// A fresh world with the default simulated cluster (3 nodes, 8 GPUs each).
+    pub async fn new() -> Env {
+        Self::with_shape(ClusterShape::default()).await
+    }
+
+    pub async fn with_shape(shape: ClusterShape) -> Env {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let namespace = unique("ms-e2e");
+        let env = if real_cluster() {
+            let client = Client::try_default()
+                .await
+                .expect("MODELSERVICE_E2E=1 needs a working kubeconfig");
+            let kubeconfig = std::env::var_os("KUBECONFIG")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| {
+                    PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".kube/config")
+                });
+            install_crd(&client).await;
+            Env {
+                client,
+                namespace,
+                kubeconfig,
+                fake: None,
+                sim: None,
+                _dir: dir,
+            }
+        } else {
+            let fake = FakeApiServer::start().await;
+            let kubeconfig = dir.path().join("kubeconfig");
+            fake.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+            let client = fake.client();
+            install_crd(&client).await;
+            let sim = Simulator::start(client.clone(), shape);
+            Env {
+                client,
+                namespace,
+                kubeconfig,
+                fake: Some(fake),
+                sim: Some(sim),
+                _dir: dir,
+            }
+        };
+        let ns: Namespace = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": env.namespace, "labels": {"modelservice.dev/e2e": "true"}}}))
+        .expect("namespace");
+        Api::<Namespace>::all(env.client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("create namespace");
+        env
+    }
+
+    pub fn fake(&self) -> &FakeApiServer {
+        self.fake
+            .as_ref()
+            .expect("this scenario needs the fake API server")
+    }
+
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Applies a ModelService as a user or GitOps tool would (its own field manager).
+    pub async fn apply_ms(&self, name: &str, spec: Value) -> ModelService {
+        let ms = json!({"apiVersion": "serving.modelservice.dev/v1alpha1", "kind": "ModelService",
+            "metadata": {"name": name, "namespace": self.namespace}, "spec": spec});
+        self.api::<ModelService>()
+            .patch(
+                name,
+                &PatchParams::apply("e2e-user").force(),
+                &Patch::Apply(&ms),
+            )
+            .await
+            .expect("apply ModelService")
+    }
+
+    /// Starts the operator binary limited to this test's namespace.
+    pub fn operator(&self) -> OperatorBuilder<'_> {
+        OperatorBuilder {
+            env: self,
+            args: Vec::new(),
+        }
+    }
+
+    /// Deletes the namespace on a real cluster (the fake is simply dropped).
+    pub async fn finish(self) {
+        if self.fake.is_none() {
+            let _ = Api::<Namespace>::all(self.client.clone())
+                .delete(&self.namespace, &DeleteParams::background())
+                .await;
+        }
+    }
+}
+
+async fn install_crd(client: &Client) {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/modelservice.yaml"),
+    )
+    .expect("crds/modelservice.yaml");
+    let crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("crd parses");
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    api.patch(
+        "modelservices.serving.modelservice.dev",
+        &PatchParams::apply("e2e-installer").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("install CRD");
+    // A real API server needs a moment before the new type is served.
+    wait_for(
+        "the ModelService API to be served",
+        Duration::from_secs(30),
+        || {
+            let api: Api<ModelService> = Api::all(client.clone());
+            async move { api.list(&Default::default()).await.ok().map(|_| ()) }
+        },
+    )
+    .await;
+}
+
+/// Polls `f` every 100 ms until it returns `Some`, or panics after `timeout`
+/// naming `what`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The usual time budget for convergence: generous, because CI machines are slow.
+pub const CONVERGE: Duration = Duration::from_secs(60);
+
+pub struct OperatorBuilder<'a> {
+    env: &'a Env,
+    args: Vec<String>,
+}
+
+impl OperatorBuilder<'_> {
+    pub fn arg(mut self, a: impl Into<String>) -> Self {
+        self.args.push(a.into());
+        self
+    }
+    pub fn start(self) -> Operator {
+        let port = free_port();
+        let log = self.env._dir.path().join(format!("operator-{port}.log"));
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_modelservice-operator"));
+        cmd.arg("run")
+            .arg("--namespace")
+            .arg(&self.env.namespace)
+            .arg("--metrics-addr")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--log-format")
+            .arg("text")
+            .args(&self.args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", std::env::var("HOME").unwrap_or_default())
+            .env("KUBECONFIG", &self.env.kubeconfig)
+            .env(
+                "RUST_LOG",
+                std::env::var("E2E_OPERATOR_LOG")
+                    .unwrap_or_else(|_| "info,modelservice_operator=debug".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"));
+        let child = cmd.spawn().expect("start the operator binary");
+        Operator { child, port, log }
+    }
+}
+
+/// The operator binary, running.
+pub struct Operator {
+    child: Child,
+    pub port: u16,
+    pub log: PathBuf,
+}
+
+impl Operator {
+    /// GET a path on the admin server: (status code, body).
+    pub fn get(&self, path: &str) -> Option<(u16, String)> {
+        http_get(self.port, path)
+    }
+
+    /// Waits until /readyz answers 200.
+    pub async fn ready(&self) {
+        let deadline = Instant::now() + CONVERGE;
+        while self.get("/readyz").map(|r| r.0) != Some(200) {
+            assert!(
+                Instant::now() < deadline,
+                "the operator did not become ready; log:\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let _ = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status();
+    }
+
+    /// Waits for the process to exit.
+    pub async fn exited(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return st;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "operator did not exit within {timeout:?}; log:\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The value of an unlabelled or fully-labelled sample on /metrics.
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        let (_, body) = self.get("/metrics")?;
+        body.lines()
+            .find(|l| l.split_whitespace().next() == Some(series))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A minimal HTTP/1.0 GET; the admin server is plain HTTP on loopback.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let code = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((code, body))
+}

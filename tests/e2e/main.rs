@@ -1,0 +1,17 @@
+//! End-to-end scenarios: the real operator binary against the fake API server
+//! (default) or a real cluster (`MODELSERVICE_E2E=1`). See `harness`.
+
+mod harness;
+mod observe;
+
+mod autoscaling;
+mod deletion;
+mod diagnosis;
+mod drift;
+mod faults;
+mod leader;
+mod lifecycle;
+mod permissions;
+mod process;
+mod scale;
+mod steady_state;

@@ -1,0 +1,70 @@
+//! Every API call the operator makes is granted by config/rbac/permissions.yaml,
+//! the one list the Helm chart and config/rbac are checked against.
+
+use std::collections::BTreeSet;
+
+use serde_json::json;
+
+use crate::harness::{CONVERGE, Env};
+use crate::observe::*;
+
+fn granted() -> BTreeSet<(String, String)> {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/rbac/permissions.yaml"
+    ))
+    .expect("config/rbac/permissions.yaml");
+    let doc: serde_json::Value = serde_yaml::from_str(&text).expect("yaml");
+    let mut out = BTreeSet::new();
+    for section in ["clusterRules", "leaseRules"] {
+        for rule in doc[section].as_array().into_iter().flatten() {
+            let resource = rule["resource"].as_str().unwrap_or_default().to_string();
+            for verb in rule["verbs"].as_array().into_iter().flatten() {
+                out.insert((
+                    verb.as_str().unwrap_or_default().to_string(),
+                    resource.clone(),
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_the_operator_makes_is_granted() {
+    if !needs_fake("every_call_the_operator_makes_is_granted") {
+        return;
+    }
+    let env = Env::new().await;
+    let op = env
+        .operator()
+        .arg("--leader-elect")
+        .arg("--lease-namespace")
+        .arg(env.namespace.clone())
+        .start();
+    op.ready().await;
+    // Exercise every path: create, autoscaling on and off, a failure event, deletion.
+    let mut spec = cpu_spec();
+    spec["autoscaling"] = json!({"maxReplicas": 2});
+    env.apply_ms("rbac", spec).await;
+    wait_ms(&env, "rbac", "status", CONVERGE, |_| true).await;
+    env.apply_ms("rbac", cpu_spec()).await;
+    wait_ready(&env, "rbac").await;
+    env.api::<modelservice_operator::api::ModelService>()
+        .delete("rbac", &Default::default())
+        .await
+        .expect("delete");
+    crate::harness::wait_for("deletion", CONVERGE, || async {
+        get_ms(&env, "rbac").await.is_none().then_some(())
+    })
+    .await;
+
+    let granted = granted();
+    let used = calls(&operator_requests(&env));
+    assert!(!used.is_empty());
+    let missing: Vec<_> = used.iter().filter(|c| !granted.contains(c)).collect();
+    assert!(
+        missing.is_empty(),
+        "calls not in permissions.yaml: {missing:?}\nused: {used:?}"
+    );
+}

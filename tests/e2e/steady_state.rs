@@ -1,0 +1,41 @@
+//! No write storm: a converged operator sends no write requests, even across
+//! several resyncs.
+
+use std::time::Duration;
+
+use crate::harness::Env;
+use crate::observe::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_converged_operator_makes_no_writes_across_resyncs() {
+    if !needs_fake("a_converged_operator_makes_no_writes_across_resyncs") {
+        return;
+    }
+    let env = Env::new().await;
+    let op = env.operator().arg("--resync-period").arg("1s").start();
+    env.apply_ms("calm", cpu_spec()).await;
+    let mut spec = cpu_spec();
+    spec["autoscaling"] = serde_json::json!({"maxReplicas": 3});
+    env.apply_ms("calm-auto", spec).await;
+    wait_ready(&env, "calm").await;
+    wait_ready(&env, "calm-auto").await;
+    // Let in-flight events (our own status write, the simulator's last
+    // status) settle, then count.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = operator_requests(&env);
+    let reconciles_before = op
+        .metric("modelservice_reconcile_total{result=\"success\"}")
+        .unwrap_or(0.0);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = operator_requests(&env);
+    let reconciles_after = op
+        .metric("modelservice_reconcile_total{result=\"success\"}")
+        .unwrap_or(0.0);
+
+    assert!(
+        reconciles_after >= reconciles_before + 4.0,
+        "expected several resync reconciles in 5 s, saw {reconciles_before} -> {reconciles_after}"
+    );
+    let wrote = writes(&after.since(&before));
+    assert!(wrote.is_empty(), "a converged operator wrote: {wrote:?}");
+}

@@ -1,0 +1,293 @@
+//! The table of resource types the fake serves.
+//!
+//! A real API server only serves what is registered (built-in types) or what a
+//! CRD declares; anything else is a 404. Keeping an explicit table lets tests
+//! simulate "CRD not installed" by removing an entry, and lets the handlers
+//! know per type whether status/scale subresources exist, which decides how
+//! writes and `metadata.generation` behave.
+
+/// Where the `/scale` subresource reads and writes its numbers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScalePaths {
+    /// Dotted path of the desired replica count, e.g. `spec.replicas`.
+    pub spec_replicas: String,
+    /// Dotted path of the observed replica count, e.g. `status.replicas`.
+    pub status_replicas: String,
+    /// How `Scale.status.selector` is produced.
+    pub selector: SelectorSource,
+}
+
+/// Source of the label selector string reported by `/scale`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SelectorSource {
+    /// A string at this dotted path (a CRD's `labelSelectorPath`).
+    Path(String),
+    /// Built-in workloads: format `spec.selector` (a `LabelSelector`).
+    SpecSelector,
+    /// No selector is reported.
+    None,
+}
+
+/// Which object names the real server accepts for a type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NameRule {
+    /// RFC 1123 subdomain (most types).
+    Subdomain,
+    /// RFC 1123 label (namespaces).
+    Label,
+    /// RFC 1035 label (services: names become DNS labels).
+    Dns1035,
+    /// Anything goes (events use arbitrary generated names).
+    Any,
+}
+
+/// Everything the fake needs to know about one resource type.
+#[derive(Clone, Debug)]
+pub struct ResourceInfo {
+    /// API group, `""` for the core group.
+    pub group: String,
+    pub version: String,
+    /// Lower-case plural used in URLs.
+    pub plural: String,
+    pub kind: String,
+    pub namespaced: bool,
+    /// Has a `/status` subresource: main-endpoint writes ignore `.status`.
+    pub status_subresource: bool,
+    pub scale: Option<ScalePaths>,
+    /// Maintains `metadata.generation`.
+    pub generation: bool,
+    /// Served from a CRD: no strategic merge patch, DELETE returns the object.
+    pub custom: bool,
+    pub name_rule: NameRule,
+    /// Extra `fieldSelector` fields beyond metadata.name/metadata.namespace.
+    pub field_selectors: Vec<String>,
+}
+
+impl ResourceInfo {
+    /// A namespaced type with no subresources; refine with the `with_*` methods.
+    pub fn new(group: &str, version: &str, plural: &str, kind: &str) -> Self {
+        ResourceInfo {
+            group: group.to_string(),
+            version: version.to_string(),
+            plural: plural.to_string(),
+            kind: kind.to_string(),
+            namespaced: true,
+            status_subresource: false,
+            scale: None,
+            generation: false,
+            custom: false,
+            name_rule: NameRule::Subdomain,
+            field_selectors: Vec::new(),
+        }
+    }
+
+    /// A custom resource as a CRD would declare it (generation tracking on).
+    pub fn custom(group: &str, version: &str, plural: &str, kind: &str) -> Self {
+        ResourceInfo {
+            custom: true,
+            generation: true,
+            ..Self::new(group, version, plural, kind)
+        }
+    }
+
+    pub fn cluster_scoped(mut self) -> Self {
+        self.namespaced = false;
+        self
+    }
+
+    pub fn with_status(mut self) -> Self {
+        self.status_subresource = true;
+        self
+    }
+
+    pub fn with_scale(mut self, scale: ScalePaths) -> Self {
+        self.scale = Some(scale);
+        self
+    }
+
+    pub fn with_generation(mut self) -> Self {
+        self.generation = true;
+        self
+    }
+
+    fn with_name_rule(mut self, rule: NameRule) -> Self {
+        self.name_rule = rule;
+        self
+    }
+
+    fn with_field_selectors(mut self, fields: &[&str]) -> Self {
+        self.field_selectors = fields.iter().map(|f| f.to_string()).collect();
+        self
+    }
+
+    /// `v1` or `group/version`, as written in objects' `apiVersion`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// `plural` or `plural.group`: how the real server names the type in messages.
+    pub fn group_resource(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.clone()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+
+    /// `Kind` or `Kind.group`: how validation errors name the type.
+    pub fn group_kind(&self) -> String {
+        if self.group.is_empty() {
+            self.kind.clone()
+        } else {
+            format!("{}.{}", self.kind, self.group)
+        }
+    }
+
+    /// The key the store files this type under.
+    pub fn key(&self) -> ResKey {
+        ResKey {
+            group: self.group.clone(),
+            plural: self.plural.clone(),
+        }
+    }
+
+    /// Whether DELETE answers with the object (true for CRs, pods, services,
+    /// namespaces) or with a `Status` of kind Success (most built-ins).
+    pub fn returns_deleted_object(&self) -> bool {
+        self.custom
+            || (self.group.is_empty()
+                && matches!(self.plural.as_str(), "pods" | "services" | "namespaces"))
+    }
+
+    pub fn is_namespace(&self) -> bool {
+        self.group.is_empty() && self.plural == "namespaces"
+    }
+}
+
+/// Identity of a resource type inside the store.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ResKey {
+    pub group: String,
+    pub plural: String,
+}
+
+impl ResKey {
+    pub fn new(group: &str, plural: &str) -> Self {
+        ResKey {
+            group: group.to_string(),
+            plural: plural.to_string(),
+        }
+    }
+}
+
+/// The ModelService CRD as the operator declares it.
+pub fn model_service() -> ResourceInfo {
+    ResourceInfo::custom(
+        "serving.modelservice.dev",
+        "v1alpha1",
+        "modelservices",
+        "ModelService",
+    )
+    .with_status()
+    .with_scale(ScalePaths {
+        spec_replicas: "spec.replicas".into(),
+        status_replicas: "status.replicas".into(),
+        selector: SelectorSource::Path("status.selector".into()),
+    })
+}
+
+/// The types a fresh fake serves: what the operator and its tests touch.
+pub fn default_resources() -> Vec<ResourceInfo> {
+    let workload_scale = ScalePaths {
+        spec_replicas: "spec.replicas".into(),
+        status_replicas: "status.replicas".into(),
+        selector: SelectorSource::SpecSelector,
+    };
+    vec![
+        model_service(),
+        ResourceInfo::new("apps", "v1", "deployments", "Deployment")
+            .with_status()
+            .with_scale(workload_scale.clone())
+            .with_generation(),
+        ResourceInfo::new("apps", "v1", "replicasets", "ReplicaSet")
+            .with_status()
+            .with_scale(workload_scale)
+            .with_generation(),
+        ResourceInfo::new("", "v1", "services", "Service")
+            .with_status()
+            .with_name_rule(NameRule::Dns1035),
+        ResourceInfo::new("", "v1", "pods", "Pod")
+            .with_status()
+            .with_field_selectors(&[
+                "spec.nodeName",
+                "spec.restartPolicy",
+                "spec.schedulerName",
+                "spec.serviceAccountName",
+                "status.phase",
+                "status.podIP",
+            ]),
+        ResourceInfo::new("", "v1", "configmaps", "ConfigMap"),
+        ResourceInfo::new("", "v1", "secrets", "Secret").with_field_selectors(&["type"]),
+        ResourceInfo::new("", "v1", "serviceaccounts", "ServiceAccount"),
+        ResourceInfo::new("", "v1", "events", "Event")
+            .with_name_rule(NameRule::Any)
+            .with_field_selectors(&[
+                "involvedObject.kind",
+                "involvedObject.namespace",
+                "involvedObject.name",
+                "involvedObject.uid",
+                "involvedObject.apiVersion",
+                "involvedObject.resourceVersion",
+                "involvedObject.fieldPath",
+                "reason",
+                "reportingComponent",
+                "source",
+                "type",
+            ]),
+        ResourceInfo::new("events.k8s.io", "v1", "events", "Event")
+            .with_name_rule(NameRule::Any)
+            .with_field_selectors(&[
+                "regarding.kind",
+                "regarding.namespace",
+                "regarding.name",
+                "regarding.uid",
+                "reason",
+                "reportingController",
+                "type",
+            ]),
+        ResourceInfo::new(
+            "autoscaling",
+            "v2",
+            "horizontalpodautoscalers",
+            "HorizontalPodAutoscaler",
+        )
+        .with_status()
+        .with_generation(),
+        ResourceInfo::new(
+            "policy",
+            "v1",
+            "poddisruptionbudgets",
+            "PodDisruptionBudget",
+        )
+        .with_status()
+        .with_generation(),
+        ResourceInfo::new("coordination.k8s.io", "v1", "leases", "Lease"),
+        ResourceInfo::new("", "v1", "namespaces", "Namespace")
+            .cluster_scoped()
+            .with_status()
+            .with_name_rule(NameRule::Label),
+        ResourceInfo::new(
+            "apiextensions.k8s.io",
+            "v1",
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+        )
+        .cluster_scoped()
+        .with_status()
+        .with_generation(),
+    ]
+}
