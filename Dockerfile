@@ -18,7 +18,7 @@ ENV CARGO_TERM_COLOR=never \
 # 1. Dependencies only, cached as their own layer: the manifests and lock file
 #    of the workspace (root package + the dev-only member tests/support, which
 #    Cargo needs to load the workspace), with stub sources for every target
-#    Cargo.toml declares (lib, bin, [[bench]] pure). This layer is rebuilt only
+#    Cargo.toml declares (lib, bin, [[bench]] pure, convergence). This layer is rebuilt only
 #    when Cargo.toml, Cargo.lock or tests/support/Cargo.toml change.
 #    (.ci/packaging.sh fails if Cargo.toml declares a target without a stub here.)
 COPY Cargo.toml Cargo.lock ./
@@ -26,6 +26,7 @@ COPY tests/support/Cargo.toml tests/support/Cargo.toml
 RUN mkdir -p src benches tests/support/src \
     && echo 'fn main() {}' > src/main.rs \
     && echo 'fn main() {}' > benches/pure.rs \
+    && echo 'fn main() {}' > benches/convergence.rs \
     && touch src/lib.rs tests/support/src/lib.rs \
     && cargo build --release --locked \
     && rm -rf src target/release/.fingerprint/modelservice-operator-* \

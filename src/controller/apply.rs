@@ -19,7 +19,7 @@ use super::error::is_not_found;
 use super::observe::cached;
 use super::{Context, Error, events};
 use crate::core::Children;
-use crate::core::fingerprint::stamp;
+use crate::core::fingerprint::{ANNOTATION, stamp};
 use crate::core::labels::MANAGER;
 use crate::core::subset::is_subset;
 
@@ -68,6 +68,29 @@ where
         source,
     })?;
     stamp(&mut desired_json);
+    let fingerprint = desired_json["metadata"]["annotations"][ANNOTATION]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let key = format!("{kind}/{ns}/{name}");
+    let cached_rv = current
+        .as_ref()
+        .and_then(|c| c.meta().resource_version.clone());
+    if ctx
+        .applied
+        .newer_than_cache(&key, cached_rv.as_deref())
+        .as_deref()
+        == Some(fingerprint.as_str())
+    {
+        // We applied exactly this a moment ago and the cache has not caught
+        // up. Report the desired object (no status yet), never the stale
+        // cached one, whose old status could claim the new spec is ready.
+        ctx.metrics.child_write(&kind, "unchanged");
+        return serde_json::from_value(desired_json).map_err(|source| Error::Serialize {
+            what: "desired child",
+            source,
+        });
+    }
     if let Some(cur) = &current {
         let cur_json = serde_json::to_value(cur.as_ref()).map_err(|source| Error::Serialize {
             what: "cached child",
@@ -84,6 +107,11 @@ where
         .patch(&name, &pp, &Patch::Apply(&desired_json))
         .await
         .map_err(|e| Error::kube(format!("applying {kind} {ns}/{name}"), e))?;
+    ctx.applied.record(
+        &key,
+        applied.meta().resource_version.as_deref(),
+        fingerprint,
+    );
     let (reason, op) = if current.is_some() {
         ("Updated", "update")
     } else {

@@ -102,4 +102,10 @@ pub struct Context {
     /// Unreadable objects already reported, by namespace/name, with what was
     /// reported: so one bad object costs one status write, not one per resync.
     pub reported_invalid: Mutex<HashMap<String, String>>,
+    /// Fingerprints of children we applied, until the caches show them.
+    pub applied: super::recent::Recent<String>,
+    /// Statuses we wrote, until the ModelService cache shows them.
+    pub written_status: super::recent::Recent<crate::api::ModelServiceStatus>,
+    /// Consecutive failures by namespace/name, for the error backoff.
+    pub failures: std::sync::Mutex<HashMap<String, u32>>,
 }

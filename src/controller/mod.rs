@@ -10,6 +10,7 @@ pub mod error;
 pub mod events;
 pub mod invalid;
 pub mod observe;
+pub mod recent;
 pub mod reconcile;
 pub mod report;
 

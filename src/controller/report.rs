@@ -26,21 +26,49 @@ pub async fn report(
     let ns = ms.namespace().unwrap_or_default();
     let name = ms.name_any();
     ctx.metrics.observe_status(&ns, &name, new);
-    if ms.status.as_ref() == Some(new) {
+    let current = effective_status(ctx, ms);
+    if current.as_ref() == Some(new) {
         return Ok(false);
     }
     let api: Api<ModelService> = Api::namespaced(ctx.client.clone(), &ns);
-    api.patch_status(
-        &name,
-        &PatchParams::apply(MANAGER),
-        &Patch::Merge(status_patch(new)?),
-    )
-    .await
-    .map_err(|e| Error::kube(format!("writing status of {ns}/{name}"), e))?;
-    if let Some((type_, reason, note)) = degraded_change(ms.status.as_ref(), new) {
+    let written = api
+        .patch_status(
+            &name,
+            &PatchParams::apply(MANAGER),
+            &Patch::Merge(status_patch(new)?),
+        )
+        .await
+        .map_err(|e| Error::kube(format!("writing status of {ns}/{name}"), e))?;
+    ctx.written_status.record(
+        &status_key(ms),
+        written.metadata.resource_version.as_deref(),
+        new.clone(),
+    );
+    if let Some((type_, reason, note)) = degraded_change(current.as_ref(), new) {
         events::publish(ctx, reference, type_, &reason, "Diagnose", note).await;
     }
     Ok(true)
+}
+
+fn status_key(ms: &ModelService) -> String {
+    format!("{}/{}", ms.namespace().unwrap_or_default(), ms.name_any())
+}
+
+/// The status as it really is now: our own last write while the cache has
+/// not caught up with it, else what the cached object says.
+pub fn effective_status(ctx: &Context, ms: &ModelService) -> Option<ModelServiceStatus> {
+    ctx.written_status
+        .newer_than_cache(&status_key(ms), ms.metadata.resource_version.as_deref())
+        .or_else(|| ms.status.clone())
+}
+
+/// Forgets remembered writes of a deleted ModelService and its children.
+pub fn forget(ctx: &Context, ms: &ModelService) {
+    let (ns, name) = (ms.namespace().unwrap_or_default(), ms.name_any());
+    ctx.written_status.forget(&status_key(ms));
+    for kind in ["Deployment", "Service", "HorizontalPodAutoscaler"] {
+        ctx.applied.forget(&format!("{kind}/{ns}/{name}"));
+    }
 }
 
 /// A merge patch that sets every status field, with explicit nulls for the

@@ -37,9 +37,9 @@ pub struct Observed<'a> {
 /// Whether reading pods could explain anything: only while the Deployment is
 /// not complete. Ready models cost no pod reads at all.
 pub fn needs_pods(deployment: Option<&Deployment>) -> bool {
-    !matches!(
+    matches!(
         rollout(deployment),
-        Rollout::Complete { .. } | Rollout::Missing
+        Rollout::RollingOut { .. } | Rollout::Scaling { .. } | Rollout::Stuck { .. }
     )
 }
 
@@ -419,6 +419,12 @@ mod tests {
     #[test]
     fn pods_are_read_only_when_they_can_explain_something() {
         assert!(!needs_pods(None));
+        let mut unobserved = rolling();
+        unobserved.metadata.generation = Some(9);
+        assert!(
+            !needs_pods(Some(&unobserved)),
+            "nothing to diagnose before the controller acts"
+        );
         assert!(!needs_pods(Some(&complete())));
         assert!(needs_pods(Some(&rolling())));
     }

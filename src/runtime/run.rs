@@ -170,6 +170,9 @@ pub async fn run(client: Client, cfg: RunConfig, shutdown: Shutdown) -> Result<(
         recorder: Recorder::new(client.clone(), reporter),
         leadership,
         reported_invalid: Mutex::new(HashMap::new()),
+        failures: std::sync::Mutex::new(HashMap::new()),
+        applied: Default::default(),
+        written_status: Default::default(),
     });
 
     let acquired = election.as_ref().map(|e| e.acquired.clone());
