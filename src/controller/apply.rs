@@ -17,7 +17,7 @@ use std::fmt::Debug;
 
 use super::error::is_not_found;
 use super::observe::cached;
-use super::{Context, Error, events};
+use super::{Context, Error, events, recent};
 use crate::core::Children;
 use crate::core::fingerprint::{ANNOTATION, stamp};
 use crate::core::labels::MANAGER;
@@ -72,7 +72,7 @@ where
         .as_str()
         .unwrap_or_default()
         .to_string();
-    let key = format!("{kind}/{ns}/{name}");
+    let key = recent::key(&kind, &ns, &name);
     let cached_rv = current
         .as_ref()
         .and_then(|c| c.meta().resource_version.clone());
@@ -178,4 +178,15 @@ async fn delete_stale_hpa(
     )
     .await;
     Ok(())
+}
+
+/// Forgets our remembered applies of a deleted ModelService's children.
+pub fn forget(ctx: &Context, namespace: &str, name: &str) {
+    for kind in [
+        Deployment::kind(&()),
+        k8s_openapi::api::core::v1::Service::kind(&()),
+        HorizontalPodAutoscaler::kind(&()),
+    ] {
+        ctx.applied.forget(&recent::key(&kind, namespace, name));
+    }
 }

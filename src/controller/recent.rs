@@ -34,6 +34,11 @@ impl<T> Default for Recent<T> {
     }
 }
 
+/// The key of one object: `kind/namespace/name`.
+pub fn key(kind: &str, namespace: &str, name: &str) -> String {
+    format!("{kind}/{namespace}/{name}")
+}
+
 fn parse(rv: Option<&str>) -> Option<u64> {
     rv?.parse().ok()
 }

@@ -164,15 +164,16 @@ async fn apply_spec(ms: &ModelService, ctx: &Context) -> Result<Action, Error> {
         deployment: deployment.as_ref(),
         pods: &pods,
     };
+    let previous = report::effective_status(ctx, ms);
     let status = compute(
-        report::effective_status(ctx, ms).as_ref(),
+        previous.as_ref(),
         &observed,
         &now_seconds(k8s_openapi::jiff::Timestamp::now()),
     );
     let ready =
         crate::core::conditions::find(&status.conditions, crate::api::condition_types::READY)
             .is_some_and(|c| c.status == "True");
-    report::report(ctx, ms, &reference, &status).await?;
+    report::report(ctx, ms, &reference, previous.as_ref(), &status).await?;
 
     if let Some(e) = failure {
         return Err(e);
@@ -192,6 +193,7 @@ async fn cleanup(ms: &ModelService, ctx: &Context) -> Result<Action, Error> {
     let name = ms.name_any();
     ctx.metrics.forget(&ns, &name);
     report::forget(ctx, ms);
+    apply::forget(ctx, &ns, &name);
     let reference: ObjectReference = ms.object_ref(&());
     events::publish(
         ctx,

@@ -10,24 +10,25 @@ use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
-use super::{Context, Error, events};
+use super::{Context, Error, events, recent};
 use crate::api::{ModelService, ModelServiceStatus, condition_types as ct};
 use crate::core::conditions::find;
 use crate::core::labels::MANAGER;
 
-/// Patches `/status` to `new` unless `ms` already has it; emits an Event when
-/// the Degraded condition's cause changed. Returns whether it wrote.
+/// Patches `/status` to `new` unless `current` (from [`effective_status`])
+/// already is it; emits an Event when the Degraded condition's cause changed.
+/// Returns whether it wrote.
 pub async fn report(
     ctx: &Context,
     ms: &ModelService,
     reference: &ObjectReference,
+    current: Option<&ModelServiceStatus>,
     new: &ModelServiceStatus,
 ) -> Result<bool, Error> {
     let ns = ms.namespace().unwrap_or_default();
     let name = ms.name_any();
     ctx.metrics.observe_status(&ns, &name, new);
-    let current = effective_status(ctx, ms);
-    if current.as_ref() == Some(new) {
+    if current == Some(new) {
         return Ok(false);
     }
     let api: Api<ModelService> = Api::namespaced(ctx.client.clone(), &ns);
@@ -44,14 +45,18 @@ pub async fn report(
         written.metadata.resource_version.as_deref(),
         new.clone(),
     );
-    if let Some((type_, reason, note)) = degraded_change(current.as_ref(), new) {
+    if let Some((type_, reason, note)) = degraded_change(current, new) {
         events::publish(ctx, reference, type_, &reason, "Diagnose", note).await;
     }
     Ok(true)
 }
 
 fn status_key(ms: &ModelService) -> String {
-    format!("{}/{}", ms.namespace().unwrap_or_default(), ms.name_any())
+    recent::key(
+        "ModelService",
+        &ms.namespace().unwrap_or_default(),
+        &ms.name_any(),
+    )
 }
 
 /// The status as it really is now: our own last write while the cache has
@@ -62,13 +67,9 @@ pub fn effective_status(ctx: &Context, ms: &ModelService) -> Option<ModelService
         .or_else(|| ms.status.clone())
 }
 
-/// Forgets remembered writes of a deleted ModelService and its children.
+/// Forgets our remembered status write of a deleted ModelService.
 pub fn forget(ctx: &Context, ms: &ModelService) {
-    let (ns, name) = (ms.namespace().unwrap_or_default(), ms.name_any());
     ctx.written_status.forget(&status_key(ms));
-    for kind in ["Deployment", "Service", "HorizontalPodAutoscaler"] {
-        ctx.applied.forget(&format!("{kind}/{ns}/{name}"));
-    }
 }
 
 /// A merge patch that sets every status field, with explicit nulls for the

@@ -88,16 +88,7 @@ async fn the_hpa_owns_replicas_while_autoscaling_is_on() {
 
     // Autoscaling off: the HPA goes, and spec.replicas is ours again.
     env.apply_ms("auto", spec_without_autoscaling(spec)).await;
-    wait_for("the HPA to be deleted", CONVERGE, || async {
-        env.api::<HorizontalPodAutoscaler>()
-            .get_opt("auto")
-            .await
-            .ok()
-            .flatten()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    gone::<HorizontalPodAutoscaler>(&env, "auto", "the HPA to be deleted").await;
     wait_for("replicas back to the spec", CONVERGE, || async {
         (deployment(&env, "auto").await?.spec.replicas == Some(1)).then_some(())
     })

@@ -8,25 +8,6 @@ use modelservice_operator::api::ModelService;
 use crate::harness::{CONVERGE, Env, wait_for};
 use crate::observe::*;
 
-async fn gone<K>(env: &Env, name: &str, what: &str)
-where
-    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
-    wait_for(what, CONVERGE, || async {
-        env.api::<K>()
-            .get_opt(name)
-            .await
-            .ok()
-            .flatten()
-            .is_none()
-            .then_some(())
-    })
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_removes_the_modelservice_and_collects_its_children() {
     let env = Env::new().await;

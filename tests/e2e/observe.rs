@@ -6,7 +6,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;
 use modelservice_operator::api::ModelService;
 
-use crate::harness::{Env, wait_for};
+use crate::harness::{CONVERGE, Env, wait_for};
 
 /// (status, reason) of a condition.
 pub fn condition(ms: &ModelService, type_: &str) -> Option<(String, String)> {
@@ -138,4 +138,24 @@ pub fn calls(counts: &fake_apiserver::RequestCounts) -> Vec<(String, String)> {
         .iter()
         .map(|((v, r), _)| (v.as_str().to_string(), r))
         .collect()
+}
+
+/// Waits until the object named `name` no longer exists.
+pub async fn gone<K>(env: &Env, name: &str, what: &str)
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    wait_for(what, CONVERGE, || async {
+        env.api::<K>()
+            .get_opt(name)
+            .await
+            .ok()
+            .flatten()
+            .is_none()
+            .then_some(())
+    })
+    .await;
 }
