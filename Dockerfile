@@ -23,10 +23,10 @@ ENV CARGO_TERM_COLOR=never \
 #    (.ci/packaging.sh fails if Cargo.toml declares a target without a stub here.)
 COPY Cargo.toml Cargo.lock ./
 COPY tests/support/Cargo.toml tests/support/Cargo.toml
-RUN mkdir -p src benches tests/support/src \
+RUN mkdir -p src benches/convergence tests/support/src \
     && echo 'fn main() {}' > src/main.rs \
     && echo 'fn main() {}' > benches/pure.rs \
-    && echo 'fn main() {}' > benches/convergence.rs \
+    && echo 'fn main() {}' > benches/convergence/main.rs \
     && touch src/lib.rs tests/support/src/lib.rs \
     && cargo build --release --locked \
     && rm -rf src target/release/.fingerprint/modelservice-operator-* \

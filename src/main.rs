@@ -68,7 +68,7 @@ async fn run_command(args: RunArgs) -> Result<(), String> {
     }
     let (trigger, signal) = shutdown::channel();
     shutdown::on_signals(trigger).map_err(|e| format!("cannot install signal handlers: {e}"))?;
-    let client = kube::Client::try_default().await.map_err(|e| {
+    let config = kube::Config::infer().await.map_err(|e| {
         format!(
             "no usable Kubernetes configuration (in-cluster, KUBECONFIG or ~/.kube/config): {e}"
         )
@@ -90,5 +90,5 @@ async fn run_command(args: RunArgs) -> Result<(), String> {
         startup_timeout: args.startup_timeout,
         reporter_instance: Some(identity),
     };
-    run(client, cfg, signal).await.map_err(|e| e.to_string())
+    run(config, cfg, signal).await.map_err(|e| e.to_string())
 }

@@ -17,36 +17,108 @@ use std::fmt::Debug;
 
 use super::error::is_not_found;
 use super::observe::cached;
-use super::{Context, Error, events, recent};
+use super::{Context, Error, recent};
 use crate::core::Children;
 use crate::core::fingerprint::{ANNOTATION, stamp};
 use crate::core::labels::MANAGER;
 use crate::core::subset::is_subset;
 
+/// What one apply did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    Unchanged,
+    Created,
+    Updated,
+}
+
 /// Applies `children`; returns the Deployment as it is now.
+///
+/// One Event sums up what a reconcile changed ("Created Deployment m,
+/// Service m"): one write for the API server instead of one per child.
 pub async fn apply_children(
     ctx: &Context,
     owner: &ObjectReference,
     owner_uid: &str,
     children: &Children,
 ) -> Result<Deployment, Error> {
-    let deployment = apply_one(ctx, owner, &ctx.stores.deployments, &children.deployment).await?;
-    apply_one(ctx, owner, &ctx.stores.services, &children.service).await?;
+    let mut done = Vec::new();
+    let result = apply_all(ctx, owner, owner_uid, children, &mut done).await;
+    // Also after a failure: what was applied before it was applied.
+    if let Some((reason, note)) = summary(&done) {
+        ctx.events
+            .publish(owner, EventType::Normal, reason, "Apply", note);
+    }
+    result
+}
+
+async fn apply_all(
+    ctx: &Context,
+    owner: &ObjectReference,
+    owner_uid: &str,
+    children: &Children,
+    done: &mut Vec<(Outcome, String, String)>,
+) -> Result<Deployment, Error> {
+    let (deployment, o) = apply_one(ctx, &ctx.stores.deployments, &children.deployment).await?;
+    done.push((
+        o,
+        Deployment::kind(&()).into_owned(),
+        name_of(&children.deployment),
+    ));
+    let (_, o) = apply_one(ctx, &ctx.stores.services, &children.service).await?;
+    done.push((
+        o,
+        k8s_openapi::api::core::v1::Service::kind(&()).into_owned(),
+        name_of(&children.service),
+    ));
     match &children.hpa {
         Some(hpa) => {
-            apply_one(ctx, owner, &ctx.stores.hpas, hpa).await?;
+            let (_, o) = apply_one(ctx, &ctx.stores.hpas, hpa).await?;
+            done.push((
+                o,
+                HorizontalPodAutoscaler::kind(&()).into_owned(),
+                name_of(hpa),
+            ));
         }
         None => delete_stale_hpa(ctx, owner, owner_uid, &children.deployment).await?,
     }
     Ok(deployment)
 }
 
-async fn apply_one<K>(
-    ctx: &Context,
-    owner: &ObjectReference,
-    store: &Store<K>,
-    desired: &K,
-) -> Result<K, Error>
+fn name_of<K: Resource>(k: &K) -> String {
+    k.meta().name.clone().unwrap_or_default()
+}
+
+/// The Event for what one reconcile applied: reason `Created` when any child
+/// is new, `Updated` otherwise; none when nothing was sent.
+fn summary(done: &[(Outcome, String, String)]) -> Option<(&'static str, String)> {
+    let changed: Vec<String> = done
+        .iter()
+        .filter(|(o, _, _)| *o != Outcome::Unchanged)
+        .map(|(o, kind, name)| {
+            let verb = if *o == Outcome::Created {
+                "created"
+            } else {
+                "updated"
+            };
+            format!("{verb} {kind} {name}")
+        })
+        .collect();
+    if changed.is_empty() {
+        return None;
+    }
+    let reason = if done.iter().any(|(o, _, _)| *o == Outcome::Created) {
+        "Created"
+    } else {
+        "Updated"
+    };
+    let mut note = changed.join(", ");
+    if let Some(first) = note.get_mut(0..1) {
+        first.make_ascii_uppercase();
+    }
+    Some((reason, note))
+}
+
+async fn apply_one<K>(ctx: &Context, store: &Store<K>, desired: &K) -> Result<(K, Outcome), Error>
 where
     K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
         + Clone
@@ -86,10 +158,11 @@ where
         // up. Report the desired object (no status yet), never the stale
         // cached one, whose old status could claim the new spec is ready.
         ctx.metrics.child_write(&kind, "unchanged");
-        return serde_json::from_value(desired_json).map_err(|source| Error::Serialize {
+        let desired = serde_json::from_value(desired_json).map_err(|source| Error::Serialize {
             what: "desired child",
             source,
-        });
+        })?;
+        return Ok((desired, Outcome::Unchanged));
     }
     if let Some(cur) = &current {
         let cur_json = serde_json::to_value(cur.as_ref()).map_err(|source| Error::Serialize {
@@ -98,7 +171,7 @@ where
         })?;
         if is_subset(&desired_json, &cur_json) {
             ctx.metrics.child_write(&kind, "unchanged");
-            return Ok(cur.as_ref().clone());
+            return Ok((cur.as_ref().clone(), Outcome::Unchanged));
         }
     }
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
@@ -112,22 +185,13 @@ where
         applied.meta().resource_version.as_deref(),
         fingerprint,
     );
-    let (reason, op) = if current.is_some() {
-        ("Updated", "update")
+    let (outcome, op) = if current.is_some() {
+        (Outcome::Updated, "update")
     } else {
-        ("Created", "create")
+        (Outcome::Created, "create")
     };
     ctx.metrics.child_write(&kind, op);
-    events::publish(
-        ctx,
-        owner,
-        EventType::Normal,
-        &format!("{kind}{reason}"),
-        "Apply",
-        format!("{reason} {kind} {name}"),
-    )
-    .await;
-    Ok(applied)
+    Ok((applied, outcome))
 }
 
 /// Deletes the HPA named like the ModelService when autoscaling was removed,
@@ -168,15 +232,13 @@ async fn delete_stale_hpa(
         }
     }
     ctx.metrics.child_write("HorizontalPodAutoscaler", "delete");
-    events::publish(
-        ctx,
+    ctx.events.publish(
         owner,
         EventType::Normal,
         "HorizontalPodAutoscalerDeleted",
         "Delete",
         format!("Deleted HorizontalPodAutoscaler {name}: autoscaling was removed from the spec"),
-    )
-    .await;
+    );
     Ok(())
 }
 
@@ -188,5 +250,49 @@ pub fn forget(ctx: &Context, namespace: &str, name: &str) {
         HorizontalPodAutoscaler::kind(&()),
     ] {
         ctx.applied.forget(&recent::key(&kind, namespace, name));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Outcome, summary};
+
+    fn d(o: Outcome, kind: &str) -> (Outcome, String, String) {
+        (o, kind.into(), "m".into())
+    }
+
+    #[test]
+    fn one_event_names_every_child_written() {
+        let done = [
+            d(Outcome::Created, "Deployment"),
+            d(Outcome::Created, "Service"),
+        ];
+        assert_eq!(
+            summary(&done),
+            Some(("Created", "Created Deployment m, created Service m".into()))
+        );
+    }
+
+    #[test]
+    fn an_update_alone_is_updated_and_unchanged_children_are_not_named() {
+        let done = [
+            d(Outcome::Updated, "Deployment"),
+            d(Outcome::Unchanged, "Service"),
+        ];
+        assert_eq!(
+            summary(&done),
+            Some(("Updated", "Updated Deployment m".into()))
+        );
+        let mixed = [
+            d(Outcome::Updated, "Deployment"),
+            d(Outcome::Created, "HorizontalPodAutoscaler"),
+        ];
+        assert_eq!(summary(&mixed).map(|s| s.0), Some("Created"));
+    }
+
+    #[test]
+    fn nothing_sent_means_no_event() {
+        assert_eq!(summary(&[d(Outcome::Unchanged, "Deployment")]), None);
+        assert_eq!(summary(&[]), None);
     }
 }

@@ -10,7 +10,6 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Service;
 use kube::Client;
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 use tokio::sync::Mutex;
 
@@ -97,13 +96,15 @@ pub struct Context {
     pub stores: Stores,
     pub config: ControllerConfig,
     pub metrics: Arc<Metrics>,
-    pub recorder: Recorder,
+    pub events: super::events::Events,
     pub leadership: Leadership,
     /// Unreadable objects already reported, by namespace/name, with what was
     /// reported: so one bad object costs one status write, not one per resync.
     pub reported_invalid: Mutex<HashMap<String, String>>,
     /// Fingerprints of children we applied, until the caches show them.
     pub applied: super::recent::Recent<String>,
+    /// Our finalizer patches, until the ModelService cache shows them.
+    pub finalized: super::recent::Recent<()>,
     /// Statuses we wrote, until the ModelService cache shows them.
     pub written_status: super::recent::Recent<crate::api::ModelServiceStatus>,
     /// Consecutive failures by namespace/name, for the error backoff.

@@ -8,6 +8,7 @@ pub mod apply;
 pub mod context;
 pub mod error;
 pub mod events;
+pub mod finalizer;
 pub mod invalid;
 pub mod observe;
 pub mod recent;

@@ -13,7 +13,7 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{info, instrument, warn};
 
 use super::observe::{cached, pods};
-use super::{Context, Error, apply, events, invalid, report};
+use super::{Context, Error, apply, invalid, report};
 use crate::api::ModelService;
 use crate::core::diagnosis::{GpuRequest, Problem};
 use crate::core::status::{Observed, compute, needs_pods, now_seconds};
@@ -44,15 +44,13 @@ pub async fn reconcile(
         .reconciled(started.elapsed(), result.as_ref().err());
     if let (Err(e), Ok(ms)) = (&result, &obj.0) {
         warn!(error = %e, kind = e.kind(), "reconcile failed");
-        events::publish(
-            &ctx,
+        ctx.events.publish(
             &ms.object_ref(&()),
             EventType::Warning,
             "ReconcileFailed",
             "Reconcile",
             e.to_string(),
-        )
-        .await;
+        );
     }
     result
 }
@@ -91,6 +89,8 @@ async fn reconcile_valid(ms: ModelService, ctx: &Context) -> Result<Action, Erro
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
     let api: Api<ModelService> = Api::namespaced(ctx.client.clone(), &ns);
+    // Finalizer and children in one pass (see `finalizer::ensure`).
+    let ms = super::finalizer::ensure(ctx, &api, ms).await?;
     finalizer(&api, FINALIZER, Arc::new(ms), |event| async move {
         match event {
             Finalizer::Apply(ms) => apply_spec(&ms, ctx).await,
@@ -194,17 +194,16 @@ async fn cleanup(ms: &ModelService, ctx: &Context) -> Result<Action, Error> {
     ctx.metrics.forget(&ns, &name);
     report::forget(ctx, ms);
     apply::forget(ctx, &ns, &name);
+    super::finalizer::forget(ctx, ms);
     let reference: ObjectReference = ms.object_ref(&());
-    events::publish(
-        ctx,
+    ctx.events.publish(
         &reference,
         EventType::Normal,
         "Deleting",
         "Cleanup",
         "ModelService is being deleted; its Deployment, Service and HPA are garbage-collected"
             .into(),
-    )
-    .await;
+    );
     Ok(Action::await_change())
 }
 

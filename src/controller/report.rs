@@ -10,7 +10,7 @@ use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
-use super::{Context, Error, events, recent};
+use super::{Context, Error, recent};
 use crate::api::{ModelService, ModelServiceStatus, condition_types as ct};
 use crate::core::conditions::find;
 use crate::core::labels::MANAGER;
@@ -46,7 +46,8 @@ pub async fn report(
         new.clone(),
     );
     if let Some((type_, reason, note)) = degraded_change(current, new) {
-        events::publish(ctx, reference, type_, &reason, "Diagnose", note).await;
+        ctx.events
+            .publish(reference, type_, &reason, "Diagnose", note);
     }
     Ok(true)
 }

@@ -3,7 +3,7 @@
 //! Per-object series are removed when the object is deleted, so a cluster
 //! that churns ModelServices does not grow the scrape forever.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -27,6 +27,8 @@ pub struct Metrics {
     by_reason: IntGaugeVec,
     child_writes: IntCounterVec,
     leader: IntGauge,
+    events: IntCounterVec,
+    api_requests: IntCounterVec,
     /// (ready, reason) per namespace/name, to recompute the aggregate gauges.
     states: Mutex<HashMap<(String, String), (bool, String)>>,
 }
@@ -89,7 +91,27 @@ impl Metrics {
             "modelservice_leader",
             "1 while this replica holds the leader lease.",
         )?;
+        let events = IntCounterVec::new(
+            Opts::new(
+                "modelservice_events_total",
+                "Kubernetes Events by outcome (published, failed, or dropped because the queue was full).",
+            ),
+            &["result"],
+        )?;
+        let api_requests = IntCounterVec::new(
+            Opts::new(
+                "modelservice_api_requests_total",
+                "Requests this operator sent to the API server, by verb, resource and HTTP status code.",
+            ),
+            &["verb", "resource", "code"],
+        )?;
+        // Both series exist from the start, so "0 not ready" is a reading.
+        for label in ["True", "False"] {
+            by_ready.with_label_values(&[label]).set(0);
+        }
         registry.register(Box::new(reconciles.clone()))?;
+        registry.register(Box::new(events.clone()))?;
+        registry.register(Box::new(api_requests.clone()))?;
         registry.register(Box::new(errors.clone()))?;
         registry.register(Box::new(duration.clone()))?;
         registry.register(Box::new(ready.clone()))?;
@@ -107,6 +129,8 @@ impl Metrics {
             by_reason,
             child_writes,
             leader,
+            events,
+            api_requests,
             states: Mutex::new(HashMap::new()),
         })
     }
@@ -126,6 +150,17 @@ impl Metrics {
         self.child_writes.with_label_values(&[kind, op]).inc();
     }
 
+    pub fn event(&self, result: &str) {
+        self.events.with_label_values(&[result]).inc();
+    }
+
+    /// Counts one API request (see `runtime::api_metrics`).
+    pub fn api_request(&self, verb: &str, resource: &str, code: &str) {
+        self.api_requests
+            .with_label_values(&[verb, resource, code])
+            .inc();
+    }
+
     pub fn set_leader(&self, leader: bool) {
         self.leader.set(i64::from(leader));
     }
@@ -138,36 +173,44 @@ impl Metrics {
         self.ready
             .with_label_values(&[ns, name])
             .set(i64::from(ready));
-        if let Ok(mut states) = self.states.lock() {
-            states.insert((ns.to_string(), name.to_string()), (ready, reason));
-            self.recompute(&states);
-        }
+        self.tally((ns.to_string(), name.to_string()), Some((ready, reason)));
     }
 
     /// Drops every series of a deleted ModelService.
     pub fn forget(&self, ns: &str, name: &str) {
         let _ = self.ready.remove_label_values(&[ns, name]);
-        if let Ok(mut states) = self.states.lock() {
-            states.remove(&(ns.to_string(), name.to_string()));
-            self.recompute(&states);
-        }
+        self.tally((ns.to_string(), name.to_string()), None);
     }
 
-    fn recompute(&self, states: &HashMap<(String, String), (bool, String)>) {
-        let mut by_ready: BTreeMap<&str, i64> = BTreeMap::from([("True", 0), ("False", 0)]);
-        let mut by_reason: BTreeMap<&str, i64> = BTreeMap::new();
-        for (ready, reason) in states.values() {
-            *by_ready
-                .entry(if *ready { "True" } else { "False" })
-                .or_default() += 1;
-            *by_reason.entry(reason.as_str()).or_default() += 1;
+    /// Moves one object from its old (ready, reason) to its new one in the
+    /// aggregate gauges: constant work per status, however many objects
+    /// there are (recounting them all made a cold start quadratic).
+    fn tally(&self, key: (String, String), new: Option<(bool, String)>) {
+        let Ok(mut states) = self.states.lock() else {
+            return;
+        };
+        let old = match &new {
+            Some(n) => states.insert(key, n.clone()),
+            None => states.remove(&key),
+        };
+        if old == new {
+            return;
         }
-        for (k, v) in by_ready {
-            self.by_ready.with_label_values(&[k]).set(v);
+        if let Some((ready, reason)) = &old {
+            self.by_ready
+                .with_label_values(&[ready_label(*ready)])
+                .dec();
+            let g = self.by_reason.with_label_values(&[reason]);
+            g.dec();
+            if g.get() <= 0 {
+                let _ = self.by_reason.remove_label_values(&[reason]);
+            }
         }
-        self.by_reason.reset();
-        for (k, v) in by_reason {
-            self.by_reason.with_label_values(&[k]).set(v);
+        if let Some((ready, reason)) = &new {
+            self.by_ready
+                .with_label_values(&[ready_label(*ready)])
+                .inc();
+            self.by_reason.with_label_values(&[reason]).inc();
         }
     }
 
@@ -182,6 +225,10 @@ impl Metrics {
         }
         String::from_utf8(buf).unwrap_or_default()
     }
+}
+
+fn ready_label(ready: bool) -> &'static str {
+    if ready { "True" } else { "False" }
 }
 
 #[cfg(test)]
@@ -221,6 +268,46 @@ mod tests {
         let text = m.render();
         assert!(!text.contains("name=\"b\""), "{text}");
         assert!(!text.contains("reason=\"InsufficientGPU\""), "{text}");
+        assert!(
+            text.contains("modelservice_resources{ready=\"False\"} 0"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn aggregates_move_with_each_object_and_never_double_count() {
+        let m = Metrics::new().expect("metrics");
+        for _ in 0..3 {
+            m.observe_status("ml", "a", &status(false, "RollingOut"));
+        }
+        m.observe_status("ml", "b", &status(false, "RollingOut"));
+        let text = m.render();
+        assert!(
+            text.contains("modelservice_condition_reason{reason=\"RollingOut\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("modelservice_resources{ready=\"False\"} 2"),
+            "{text}"
+        );
+        m.observe_status("ml", "a", &status(true, "Available"));
+        let text = m.render();
+        assert!(
+            text.contains("modelservice_condition_reason{reason=\"RollingOut\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("modelservice_condition_reason{reason=\"Available\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("modelservice_resources{ready=\"True\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("modelservice_resources{ready=\"False\"} 1"),
+            "{text}"
+        );
     }
 
     #[test]

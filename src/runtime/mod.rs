@@ -1,6 +1,7 @@
 //! Process wiring: CLI, the Controller and its watches, leader election, the
 //! HTTP server, signals and logs. No reconcile logic lives here.
 
+pub mod api_requests;
 pub mod cli;
 pub mod http;
 pub mod leader;

@@ -12,7 +12,7 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Service;
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::Config as ControllerRuntimeConfig;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector;
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
@@ -20,6 +20,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Mutex;
 use tracing::{debug, info};
 
+use super::api_requests::CountRequests;
 use super::http::{self, Readiness};
 use super::leader::{self, ElectionConfig};
 use super::metrics::Metrics;
@@ -27,6 +28,7 @@ use super::shutdown::Shutdown;
 use super::startup::{self, StartupError};
 use crate::api::ModelService;
 use crate::controller::context::synced;
+use crate::controller::events::Events;
 use crate::controller::{Context, ControllerConfig, Leadership, Stores, error_policy, reconcile};
 use crate::core::labels::{MANAGED_BY_LABEL, MANAGER};
 
@@ -55,6 +57,8 @@ pub enum RunError {
     Metrics(#[from] prometheus::Error),
     #[error("leader election: {0}")]
     Election(#[from] kube_lease_manager::LeaseManagerError),
+    #[error("cannot build a Kubernetes client: {0}")]
+    Client(#[source] kube::Error),
     #[error("lost the leader lease; exiting so that only the new leader writes")]
     LeaseLost,
 }
@@ -69,8 +73,22 @@ where
     }
 }
 
-/// A child watch: only objects the operator labelled, without managedFields
-/// (the largest part of a cached object, and never read), feeding `writer`.
+/// Drops what the operator never reads from a cached object: managedFields
+/// (often the largest part of it) and the copy of the whole object that
+/// client-side `kubectl apply` keeps in an annotation. Nothing writes a
+/// cached object back, so nothing is lost on the server.
+fn trim<K: Resource>(o: &mut K) {
+    let meta = o.meta_mut();
+    meta.managed_fields = None;
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove(LAST_APPLIED);
+    }
+}
+
+/// The annotation client-side `kubectl apply` keeps its last input in.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// A child watch: only objects the operator labelled, trimmed, feeding `writer`.
 fn child_stream<K>(
     api: Api<K>,
     writer: reflector::store::Writer<K>,
@@ -87,14 +105,19 @@ where
     let cfg = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGER}"));
     watcher(api, cfg)
         .default_backoff()
-        .modify(|o: &mut K| o.meta_mut().managed_fields = None)
+        .modify(trim::<K>)
         .reflect(writer)
         .touched_objects()
 }
 
-/// Runs until shutdown (Ok) or a fatal problem (Err).
-pub async fn run(client: Client, cfg: RunConfig, shutdown: Shutdown) -> Result<(), RunError> {
+/// Runs until shutdown (Ok) or a fatal problem (Err), with a client built
+/// from `config` whose every request is counted in the metrics.
+pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Result<(), RunError> {
     let metrics = Arc::new(Metrics::new()?);
+    let client = kube::client::ClientBuilder::try_from(config)
+        .map_err(RunError::Client)?
+        .with_layer(&CountRequests::new(metrics.clone()))
+        .build();
     let readiness = Readiness::default();
     let server = http::serve(
         cfg.metrics_addr,
@@ -139,7 +162,7 @@ pub async fn run(client: Client, cfg: RunConfig, shutdown: Shutdown) -> Result<(
         watcher::Config::default(),
     )
     .default_backoff()
-    .modify(|o: &mut DeserializeGuard<ModelService>| o.meta_mut().managed_fields = None)
+    .modify(trim::<DeserializeGuard<ModelService>>)
     .reflect(ms_writer)
     .applied_objects();
 
@@ -162,16 +185,19 @@ pub async fn run(client: Client, cfg: RunConfig, shutdown: Shutdown) -> Result<(
         controller: MANAGER.into(),
         instance: cfg.reporter_instance.clone(),
     };
+    let (events, publisher) = Events::new(client.clone(), reporter, metrics.clone());
+    let publisher = tokio::spawn(publisher);
     let ctx = Arc::new(Context {
         client: client.clone(),
         stores,
         config: cfg.controller.clone(),
         metrics: metrics.clone(),
-        recorder: Recorder::new(client.clone(), reporter),
+        events,
         leadership,
         reported_invalid: Mutex::new(HashMap::new()),
         failures: std::sync::Mutex::new(HashMap::new()),
         applied: Default::default(),
+        finalized: Default::default(),
         written_status: Default::default(),
     });
 
@@ -194,7 +220,7 @@ pub async fn run(client: Client, cfg: RunConfig, shutdown: Shutdown) -> Result<(
         .with_config(ControllerRuntimeConfig::default().concurrency(cfg.controller.concurrency))
         .reconcile_all_on(leader_trigger)
         .graceful_shutdown_on(shutdown.clone().wait())
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, error_policy, ctx.clone())
         .for_each(|res| async move {
             if let Err(e) = res {
                 debug!(error = %e, "controller event");
@@ -211,9 +237,38 @@ pub async fn run(client: Client, cfg: RunConfig, shutdown: Shutdown) -> Result<(
         _ = controller => info!("controller stopped; in-flight reconciles finished"),
         _ = lost => return Err(RunError::LeaseLost),
     }
+    // The last queued events go out before the lease is released.
+    drop(ctx);
+    let _ = tokio::time::timeout(Duration::from_secs(2), publisher).await;
     if let Some(e) = election {
         e.release().await;
     }
     let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{LAST_APPLIED, trim};
+    use k8s_openapi::api::apps::v1::Deployment;
+
+    #[test]
+    fn trimming_keeps_everything_but_managed_fields_and_the_last_applied_copy() {
+        let mut d: Deployment = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "m", "annotations": {LAST_APPLIED: "{...}", "modelservice.dev/applied-fingerprint": "f"},
+                "managedFields": [{"manager": "x", "operation": "Apply"}]},
+            "spec": {"selector": {}, "template": {}}
+        }))
+        .unwrap_or_default();
+        trim(&mut d);
+        assert_eq!(d.metadata.managed_fields, None);
+        let annotations = d.metadata.annotations.unwrap_or_default();
+        assert!(!annotations.contains_key(LAST_APPLIED));
+        assert_eq!(
+            annotations
+                .get("modelservice.dev/applied-fingerprint")
+                .map(String::as_str),
+            Some("f")
+        );
+    }
 }

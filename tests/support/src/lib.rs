@@ -16,6 +16,7 @@ mod gc;
 mod http;
 mod kubeconfig;
 mod listkeys;
+pub mod localhost;
 mod meta;
 mod ops;
 mod patch;

@@ -256,6 +256,17 @@ impl FakeApiServer {
             .unwrap_or_default()
     }
 
+    /// How many stored objects of a type satisfy `pred`, without copying
+    /// them: cheap enough to poll while a benchmark runs.
+    pub fn count_objects(&self, group: &str, plural: &str, pred: impl Fn(&Value) -> bool) -> usize {
+        let store = self.shared().lock();
+        store
+            .resources
+            .get(&ResKey::new(group, plural))
+            .map(|s| s.objects.values().filter(|o| pred(o)).count())
+            .unwrap_or(0)
+    }
+
     /// Every stored change from now on, across all types, in order — for
     /// in-process observers such as a workload simulator. A receiver that
     /// falls more than 16k events behind gets `Lagged` and should resync

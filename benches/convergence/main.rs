@@ -1,0 +1,468 @@
+//! Convergence benchmark: the real operator binary against the fake API
+//! server, or with `MODELSERVICE_E2E=1` against the cluster of the current
+//! kubeconfig.
+//!
+//! `cargo bench --bench convergence -- [--n 100,1000,5000] [--concurrency 16]`
+//!
+//! For each N it measures cold convergence (N ModelServices created at once
+//! until every one has its Deployment and Service and
+//! `status.observedGeneration == metadata.generation`), rollout convergence (a
+//! spec change to all N), and an idle period across resyncs. It reports wall
+//! time, the operator's requests per ModelService by verb (from the
+//! operator's own `modelservice_api_requests_total`, so the numbers mean the
+//! same on both back ends), CPU, peak RSS and p50/p99 reconcile duration from
+//! its own histogram. It also times minimal clients that only issue the
+//! writes convergence needs, and create-to-Deployment latency on an idle
+//! server. It prints Markdown; it asserts nothing.
+
+mod backend;
+mod measure;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use backend::Backend;
+use fake_apiserver::localhost::{free_port, http_get};
+use futures::{StreamExt, stream};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use measure::{Requests, cpu_seconds, memory, per_ms, quantile, requests, since, total, writes};
+use modelservice_operator::api::ModelService;
+use serde_json::json;
+
+/// The operator binary, killed (gently) when dropped.
+struct Operator {
+    child: Child,
+    port: u16,
+}
+
+impl Operator {
+    fn start(kubeconfig: Option<&Path>, namespace: &str, concurrency: u16) -> Operator {
+        let port = free_port();
+        let binary = env!("CARGO_BIN_EXE_modelservice-operator");
+        // MODELSERVICE_BENCH_WRAPPER runs the operator under a profiler, e.g.
+        // "valgrind --tool=massif --massif-out-file=/tmp/massif.%p.out".
+        let wrapper = std::env::var("MODELSERVICE_BENCH_WRAPPER").unwrap_or_default();
+        let mut words = wrapper.split_whitespace();
+        let mut command = match words.next() {
+            Some(program) => {
+                let mut c = Command::new(program);
+                c.args(words).arg(binary);
+                c
+            }
+            None => Command::new(binary),
+        };
+        command
+            .args(["run", "--namespace", namespace])
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .args(["--concurrency", &concurrency.to_string()])
+            .args(["--resync-period", "2s", "--log-level", "warn"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(kc) = kubeconfig {
+            command.env("KUBECONFIG", kc);
+        }
+        let child = command.spawn().expect("start operator");
+        Operator { child, port }
+    }
+
+    /// Waits until the operator's caches are synced (`/readyz`).
+    async fn ready(&self) {
+        let t = Instant::now();
+        while !matches!(http_get(self.port, "/readyz"), Some((200, _))) {
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "operator not ready in 60 s"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn metrics(&self) -> String {
+        http_get(self.port, "/metrics")
+            .map(|(_, body)| body)
+            .unwrap_or_default()
+    }
+
+    fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+}
+
+impl Drop for Operator {
+    /// SIGTERM first, so that the operator shuts down as in a cluster (and a
+    /// profiler wrapping it writes its report); SIGKILL after 30 s.
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn name(i: usize) -> String {
+    format!("m{i:05}")
+}
+
+async fn wait_converged(b: &Backend, n: usize, generation: i64, arg: &str) -> Duration {
+    let t = Instant::now();
+    let every = match b {
+        Backend::Fake { .. } => Duration::from_millis(20),
+        Backend::Cluster { .. } => Duration::from_millis(250),
+    };
+    while !b.converged(n, generation, arg).await {
+        assert!(
+            t.elapsed() < Duration::from_secs(1800),
+            "no convergence in 30 min"
+        );
+        tokio::time::sleep(every).await;
+    }
+    t.elapsed()
+}
+
+/// Applies all N ModelServices (with `arg`), 64 at a time, as a user would.
+async fn apply_all(b: &Backend, n: usize, arg: &str) {
+    let api: Api<ModelService> = Api::namespaced(b.client(), b.namespace());
+    stream::iter(0..n)
+        .for_each_concurrent(64, |i| {
+            let api = api.clone();
+            let obj = b.model_service(&name(i), arg);
+            async move {
+                let pp = PatchParams::apply("bench-user").force();
+                let _ = api.patch(&name(i), &pp, &Patch::Apply(obj)).await;
+            }
+        })
+        .await;
+}
+
+/// One phase's cost: requests, writes and CPU.
+struct Cost {
+    requests: Requests,
+    operator_cpu: f64,
+    driver_cpu: f64,
+}
+
+struct Mark {
+    requests: Requests,
+    operator_cpu: f64,
+    driver_cpu: f64,
+}
+
+/// Requests so far: on the fake, as the server counted them over TCP (only
+/// the operator uses TCP); on a cluster, as the operator counted them itself.
+fn mark(b: &Backend, op: &Operator) -> Mark {
+    let requests = match b.server_counts() {
+        Some(c) => c
+            .iter()
+            .map(|((verb, resource), n)| (format!("{} {resource}", verb.as_str()), n as f64))
+            .collect(),
+        None => requests(&op.metrics()),
+    };
+    Mark {
+        requests,
+        operator_cpu: cpu_seconds(&op.pid()),
+        driver_cpu: cpu_seconds("self"),
+    }
+}
+
+fn cost(b: &Backend, op: &Operator, from: &Mark) -> Cost {
+    let now = mark(b, op);
+    Cost {
+        requests: since(&now.requests, &from.requests),
+        operator_cpu: now.operator_cpu - from.operator_cpu,
+        driver_cpu: now.driver_cpu - from.driver_cpu,
+    }
+}
+
+fn row(n: usize, phase: &str, wall: Option<Duration>, c: &Cost) {
+    let (wall, rate) = match wall {
+        Some(w) => (
+            format!("{:.2} s", w.as_secs_f64()),
+            format!("{:.0}/s", n as f64 / w.as_secs_f64()),
+        ),
+        None => ("-".into(), "-".into()),
+    };
+    println!(
+        "| {n} | {phase} | {wall} | {rate} | {:.0} | {} | {:.2} s / {:.2} s |",
+        writes(&c.requests),
+        per_ms(&c.requests, n),
+        c.operator_cpu,
+        c.driver_cpu
+    );
+}
+
+async fn run_n(run: usize, n: usize, concurrency: u16) {
+    let b = Backend::new(run).await;
+    let op = Operator::start(b.kubeconfig(), b.namespace(), concurrency);
+    op.ready().await;
+    let counted_before = requests(&op.metrics());
+
+    let m = mark(&b, &op);
+    let t = Instant::now();
+    apply_all(&b, n, "--v1").await;
+    let created = t.elapsed();
+    wait_converged(&b, n, 1, "--v1").await;
+    let cold = t.elapsed();
+    let cold_cost = cost(&b, &op, &m);
+    if b.server_counts().is_some() {
+        let server: f64 = cold_cost.requests.values().sum();
+        let counted: f64 = since(&requests(&op.metrics()), &counted_before)
+            .values()
+            .sum();
+        eprintln!(
+            "N={n} cold: the fake server saw {server:.0} requests from the operator; the operator counted {counted:.0}"
+        );
+    }
+    row(
+        n,
+        &format!("cold (creates took {:.2} s)", created.as_secs_f64()),
+        Some(cold),
+        &cold_cost,
+    );
+
+    let m = mark(&b, &op);
+    let t = Instant::now();
+    apply_all(&b, n, "--v2").await;
+    wait_converged(&b, n, 2, "--v2").await;
+    row(n, "rollout", Some(t.elapsed()), &cost(&b, &op, &m));
+
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let m = mark(&b, &op);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    row(
+        n,
+        "steady, 10 s (resync every 2 s)",
+        None,
+        &cost(&b, &op, &m),
+    );
+
+    let metrics = op.metrics();
+    let mem = memory(op.child.id());
+    println!(
+        "| {n} | totals | {:.0} reconciles | p50 {:.1} ms, p99 {:.1} ms | RSS {:.1} MiB (heap {:.1}, binary {:.1}) | peak {:.1} MiB, {:.1} KiB per ModelService | events {:.0} published, {:.0} dropped |",
+        total(&metrics, "modelservice_reconcile_total"),
+        quantile(&metrics, "modelservice_reconcile_duration_seconds", 0.5) * 1000.0,
+        quantile(&metrics, "modelservice_reconcile_duration_seconds", 0.99) * 1000.0,
+        mem.rss as f64 / 1024.0,
+        mem.anon as f64 / 1024.0,
+        mem.file as f64 / 1024.0,
+        mem.peak as f64 / 1024.0,
+        mem.peak as f64 / n as f64,
+        events(&metrics, "published"),
+        events(&metrics, "dropped"),
+    );
+    // The operator removes its finalizers while the namespace goes.
+    b.finish().await;
+    drop(op);
+}
+
+fn events(metrics: &str, result: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("modelservice_events_total{{result=\"{result}\"}}")))
+        .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+        .sum::<f64>()
+        + 0.0
+}
+
+/// A client that only issues the writes convergence needs (finalizer, two
+/// applies, one status write per ModelService; with `event`, also the one
+/// Event the operator sends), over the same kind of connection, at the same
+/// concurrency, on objects that already exist.
+async fn minimal_client(run: &mut usize, n: usize, concurrency: usize, event: bool) {
+    // Single runs of a fraction of a second vary a lot on a small machine:
+    // the median of three.
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        *run += 1;
+        runs.push(minimal_client_once(*run, n, concurrency, event).await);
+    }
+    runs.sort();
+    let took = runs[1];
+    println!(
+        "| {n} | minimal client, {} writes per ModelService, concurrency {concurrency} | {:.2} s (median of {:.2}, {:.2}, {:.2}) | {:.0}/s |",
+        if event { 5 } else { 4 },
+        took.as_secs_f64(),
+        runs[0].as_secs_f64(),
+        runs[1].as_secs_f64(),
+        runs[2].as_secs_f64(),
+        n as f64 / took.as_secs_f64()
+    );
+}
+
+async fn minimal_client_once(run: usize, n: usize, concurrency: usize, event: bool) -> Duration {
+    let b = Backend::new(run).await;
+    apply_all(&b, n, "--v1").await;
+    let client = match b.kubeconfig() {
+        Some(kc) => {
+            let cfg = kube::Config::from_custom_kubeconfig(
+                kube::config::Kubeconfig::read_from(kc).expect("kubeconfig"),
+                &Default::default(),
+            )
+            .await
+            .expect("config");
+            Client::try_from(cfg).expect("client")
+        }
+        None => b.client(),
+    };
+    let ns = b.namespace().to_string();
+    let t = Instant::now();
+    stream::iter(0..n)
+        .for_each_concurrent(concurrency, |i| {
+            let (client, ns) = (client.clone(), ns.clone());
+            async move { minimal_writes(&client, &ns, &name(i), event).await }
+        })
+        .await;
+    let took = t.elapsed();
+    // Its finalizer would keep a real namespace from being deleted.
+    let msapi: Api<ModelService> = Api::namespaced(client.clone(), &ns);
+    for i in 0..n {
+        let _ = msapi
+            .patch(
+                &name(i),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await;
+    }
+    b.finish().await;
+    took
+}
+
+async fn minimal_writes(client: &Client, ns: &str, name: &str, event: bool) {
+    let pp = PatchParams::apply("minimal").force();
+    let msapi: Api<ModelService> = Api::namespaced(client.clone(), ns);
+    let merge = PatchParams::default();
+    let _ = msapi
+        .patch(
+            name,
+            &merge,
+            &Patch::Merge(json!({"metadata": {"finalizers": ["x/y"]}})),
+        )
+        .await;
+    let labels = json!({"app": name});
+    let _ = Api::<Deployment>::namespaced(client.clone(), ns)
+        .patch(name, &pp, &Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name},
+            "spec": {"replicas": 0, "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels},
+                    "spec": {"containers": [{"name": "server", "image": "registry.k8s.io/pause:3.10", "args": ["--v1"]}]}}}})))
+        .await;
+    let _ = Api::<Service>::namespaced(client.clone(), ns)
+        .patch(
+            name,
+            &pp,
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name},
+            "spec": {"selector": labels, "ports": [{"name": "http", "port": 8000}]}})),
+        )
+        .await;
+    let _ = msapi
+        .patch_status(
+            name,
+            &merge,
+            &Patch::Merge(json!({"status": {"observedGeneration": 1}})),
+        )
+        .await;
+    if event {
+        let ev: k8s_openapi::api::events::v1::Event = serde_json::from_value(json!({
+            "metadata": {"generateName": format!("{name}.")},
+            "eventTime": "2026-01-01T00:00:00.000000Z",
+            "reportingController": "minimal", "reportingInstance": "minimal",
+            "action": "Apply", "reason": "Created", "type": "Normal", "note": "Created Deployment, Service",
+            "regarding": {"apiVersion": "serving.modelservice.dev/v1alpha1", "kind": "ModelService", "name": name, "namespace": ns}
+        }))
+        .expect("event");
+        let _ = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), ns)
+            .create(&Default::default(), &ev)
+            .await;
+    }
+}
+
+/// Create → Deployment exists, one at a time on an idle server.
+async fn latency(run: usize, samples: usize) {
+    let b = Backend::new(run).await;
+    let op = Operator::start(b.kubeconfig(), b.namespace(), 16);
+    op.ready().await;
+    let api: Api<ModelService> = Api::namespaced(b.client(), b.namespace());
+    let mut lat = Vec::new();
+    for i in 0..samples {
+        let name = format!("l{i:04}");
+        let t = Instant::now();
+        let pp = PatchParams::apply("bench-user").force();
+        let _ = api
+            .patch(&name, &pp, &Patch::Apply(b.model_service(&name, "--v1")))
+            .await;
+        while !b.deployment_exists(&name).await && t.elapsed() < Duration::from_secs(30) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        lat.push(t.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    lat.sort();
+    let p = |q: f64| {
+        lat[((lat.len() as f64 * q).ceil() as usize).clamp(1, lat.len()) - 1].as_secs_f64() * 1000.0
+    };
+    println!(
+        "create → Deployment exists ({samples} samples, idle {}): p50 {:.1} ms, p99 {:.1} ms",
+        b.name(),
+        p(0.5),
+        p(0.99)
+    );
+    // The operator removes its finalizers while the namespace goes.
+    b.finish().await;
+    drop(op);
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let ns: Vec<usize> = value("--n")
+        .unwrap_or_else(|| "100,1000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let concurrency: u16 = value("--concurrency")
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(16);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        println!("Back end: {}", if backend::real_cluster() { "cluster (current kubeconfig)" } else { "fake API server" });
+        println!();
+        println!("| N | phase | wall time | rate | writes | operator requests per ModelService | CPU: operator / driver |");
+        println!("|---|---|---|---|---|---|---|");
+        let mut run = 0;
+        for &n in &ns {
+            run += 1;
+            run_n(run, n, concurrency).await;
+        }
+        println!();
+        for &n in &ns {
+            for event in [false, true] {
+                minimal_client(&mut run, n, concurrency as usize, event).await;
+            }
+        }
+        println!();
+        run += 1;
+        latency(run, 100).await;
+    });
+}

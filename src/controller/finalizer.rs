@@ -1,0 +1,137 @@
+//! Adding our finalizer in the same pass as the first apply.
+//!
+//! kube-runtime's `finalizer` helper, on an object without the finalizer,
+//! patches it in and ends the reconcile; the children are applied only by
+//! the next reconcile, which the watch event of that patch triggers. Every
+//! new ModelService thus waited for one extra trip through the API server's
+//! watch before its Deployment was created. Here the finalizer is added
+//! first, with the same guarded JSON patch the helper sends, and the patched
+//! object goes straight on to the helper, which now finds its finalizer and
+//! runs the apply at once. Removal on deletion stays with the helper.
+//!
+//! The patch is remembered until the cache shows it (as children and status
+//! writes are, see `recent`): a reconcile that a child's watch event starts
+//! right after the patch still sees the old cached object, and patching again
+//! would fail its `test` and be retried for nothing.
+
+use kube::api::{Patch, PatchParams};
+use kube::runtime::finalizer;
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+
+use super::reconcile::FINALIZER;
+use super::{Context, Error, recent};
+use crate::api::ModelService;
+
+/// The JSON patch that adds `name` to `existing`, or `None` when nothing is
+/// to be added. Its `test` makes the patch fail rather than add a second copy
+/// when someone changed the finalizers since we read them (the API server does
+/// not deduplicate them).
+pub fn add_patch(existing: &[String], name: &str) -> Option<Value> {
+    if existing.iter().any(|f| f == name) {
+        return None;
+    }
+    Some(if existing.is_empty() {
+        json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": [name]},
+        ])
+    } else {
+        json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": existing},
+            {"op": "add", "path": "/metadata/finalizers/-", "value": name},
+        ])
+    })
+}
+
+/// `ms` with our finalizer: as it is when it has it or is being deleted,
+/// else as the API server returns it after the patch.
+pub async fn ensure(
+    ctx: &Context,
+    api: &Api<ModelService>,
+    mut ms: ModelService,
+) -> Result<ModelService, Error> {
+    if ms.metadata.deletion_timestamp.is_some() {
+        return Ok(ms);
+    }
+    let Some(patch) = add_patch(ms.finalizers(), FINALIZER) else {
+        return Ok(ms);
+    };
+    let key = key_of(&ms);
+    let cached_rv = ms.metadata.resource_version.as_deref();
+    if ctx.finalized.newer_than_cache(&key, cached_rv).is_some() {
+        // The server has it; the cached copy is just older than our patch.
+        ms.finalizers_mut().push(FINALIZER.to_string());
+        return Ok(ms);
+    }
+    let patch: json_patch::Patch =
+        serde_json::from_value(patch).map_err(|source| Error::Serialize {
+            what: "finalizer patch",
+            source,
+        })?;
+    let patched = api
+        .patch(
+            &ms.name_any(),
+            &PatchParams::default(),
+            &Patch::Json::<()>(patch),
+        )
+        .await
+        .map_err(|e| Error::Finalizer(Box::new(finalizer::Error::AddFinalizer(e))))?;
+    ctx.finalized
+        .record(&key, patched.metadata.resource_version.as_deref(), ());
+    Ok(patched)
+}
+
+/// Forgets our finalizer patch of a deleted ModelService.
+pub fn forget(ctx: &Context, ms: &ModelService) {
+    ctx.finalized.forget(&key_of(ms));
+}
+
+fn key_of(ms: &ModelService) -> String {
+    recent::key(
+        "ModelService",
+        &ms.namespace().unwrap_or_default(),
+        &ms.name_any(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::add_patch;
+    use serde_json::json;
+
+    #[test]
+    fn first_finalizer_creates_the_list_only_if_there_is_none() {
+        assert_eq!(
+            add_patch(&[], "a/b"),
+            Some(json!([
+                {"op": "test", "path": "/metadata/finalizers", "value": null},
+                {"op": "add", "path": "/metadata/finalizers", "value": ["a/b"]},
+            ]))
+        );
+    }
+
+    #[test]
+    fn another_finalizer_is_appended_after_testing_the_list_we_read() {
+        let existing = vec!["other/x".to_string()];
+        assert_eq!(
+            add_patch(&existing, "a/b"),
+            Some(json!([
+                {"op": "test", "path": "/metadata/finalizers", "value": ["other/x"]},
+                {"op": "add", "path": "/metadata/finalizers/-", "value": "a/b"},
+            ]))
+        );
+    }
+
+    #[test]
+    fn present_finalizer_needs_no_patch() {
+        let existing = vec!["other/x".to_string(), "a/b".to_string()];
+        assert_eq!(add_patch(&existing, "a/b"), None);
+    }
+
+    #[test]
+    fn the_patch_is_a_valid_json_patch() {
+        let p = add_patch(&[], "a/b").unwrap_or_default();
+        assert!(serde_json::from_value::<json_patch::Patch>(p).is_ok());
+    }
+}
