@@ -92,21 +92,21 @@ impl Backend {
         }
     }
 
-    /// The ModelService to create: on a cluster, no GPU and the pause image
-    /// (or MODELSERVICE_E2E_SERVING_IMAGE), so that a benchmark never takes
-    /// GPUs or pulls a serving image on a shared cluster.
+    /// The ModelService to create. On a cluster its pod asks for no GPU and
+    /// is pinned to a node label no node has, so it stays Pending: a
+    /// benchmark never takes GPUs, pulls an image or starts containers on a
+    /// shared cluster, and each ModelService settles on one stable status
+    /// (Unschedulable) instead of cycling through probe failures.
     pub fn model_service(&self, name: &str, arg: &str) -> Value {
-        let (image, gpus) = match self {
-            Backend::Fake { .. } => ("vllm/vllm-openai:v0.8.5".to_string(), 1),
-            Backend::Cluster { .. } => (
-                std::env::var("MODELSERVICE_E2E_SERVING_IMAGE")
-                    .unwrap_or_else(|_| "registry.k8s.io/pause:3.10".into()),
-                0,
-            ),
+        let spec = match self {
+            Backend::Fake { .. } => json!({"model": "org/model",
+                "image": "vllm/vllm-openai:v0.8.5", "gpus": 1, "args": [arg]}),
+            Backend::Cluster { .. } => json!({"model": "org/model",
+                "image": "registry.k8s.io/pause:3.10", "gpus": 0, "args": [arg],
+                "nodeSelector": {"modelservice.dev/benchmark": "no-node-has-this"}}),
         };
         json!({"apiVersion": "serving.modelservice.dev/v1alpha1", "kind": "ModelService",
-            "metadata": {"name": name, "namespace": self.namespace()},
-            "spec": {"model": "org/model", "image": image, "gpus": gpus, "args": [arg]}})
+            "metadata": {"name": name, "namespace": self.namespace()}, "spec": spec})
     }
 
     /// Every ModelService observed at `generation`, with its Deployment

@@ -54,10 +54,12 @@ pub async fn ensure(
     if ms.metadata.deletion_timestamp.is_some() {
         return Ok(ms);
     }
+    let key = key_of(&ms);
     let Some(patch) = add_patch(ms.finalizers(), FINALIZER) else {
+        // The cache shows it: nothing left to remember.
+        ctx.finalized.forget(&key);
         return Ok(ms);
     };
-    let key = key_of(&ms);
     let cached_rv = ms.metadata.resource_version.as_deref();
     if ctx.finalized.newer_than_cache(&key, cached_rv).is_some() {
         // The server has it; the cached copy is just older than our patch.

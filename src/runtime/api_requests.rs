@@ -6,6 +6,9 @@
 //! the operator costs their API server, and it is how the convergence
 //! benchmark counts requests against a real cluster, where there is no fake
 //! server to count them.
+//!
+//! The layer sits outside kube's own retry layer (which retries 429, 503 and
+//! 504 responses), so a request counts once, with the code it finally got.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -28,7 +31,10 @@ pub fn classify(method: &str, path: &str, query: Option<&str>) -> (&'static str,
     };
     // Cluster-scoped ("namespaces", "namespaces/x") or namespaced
     // ("namespaces/x/deployments/...").
+    // `namespaces/x/status` and `namespaces/x/finalize` are subresources of
+    // the namespace itself, as the API server parses them.
     let rest = match rest {
+        ["namespaces", _ns, "status" | "finalize"] => rest,
         ["namespaces", _ns, tail @ ..] if !tail.is_empty() => tail,
         other => other,
     };
@@ -190,6 +196,18 @@ mod tests {
         assert_eq!(
             c("GET", "/api/v1/namespaces", None),
             ("list", "namespaces".into())
+        );
+    }
+
+    #[test]
+    fn namespace_subresources_stay_namespace_subresources() {
+        assert_eq!(
+            c("PUT", "/api/v1/namespaces/x/finalize", None),
+            ("update", "namespaces/finalize".into())
+        );
+        assert_eq!(
+            c("GET", "/api/v1/namespaces/x/status", None),
+            ("get", "namespaces/status".into())
         );
     }
 

@@ -239,7 +239,14 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
     }
     // The last queued events go out before the lease is released.
     drop(ctx);
-    let _ = tokio::time::timeout(Duration::from_secs(2), publisher).await;
+    let mut publisher = publisher;
+    if tokio::time::timeout(Duration::from_secs(2), &mut publisher)
+        .await
+        .is_err()
+    {
+        // Whatever is still queued is dropped: a former leader sends nothing.
+        publisher.abort();
+    }
     if let Some(e) = election {
         e.release().await;
     }
