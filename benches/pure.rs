@@ -66,7 +66,7 @@ fn pure_path(c: &mut Criterion) {
                     resource: &v.spec.gpu_resource,
                 },
                 blocked: None,
-                deployment: Some(&observed_dep),
+                deployment: Some((&observed_dep).into()),
                 pods: &[],
             };
             black_box((unchanged, compute(ms.status.as_ref(), &o, &now)))

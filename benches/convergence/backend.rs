@@ -68,6 +68,21 @@ impl Backend {
         }
     }
 
+    /// A client over the same kind of connection as the operator's: TCP to
+    /// the fake (built from its kubeconfig), or the cluster's own client.
+    pub async fn tcp_client(&self) -> Client {
+        match self {
+            Backend::Fake { kubeconfig, .. } => {
+                let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+                let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                    .await
+                    .expect("config");
+                Client::try_from(cfg).expect("client")
+            }
+            Backend::Cluster { client, .. } => client.clone(),
+        }
+    }
+
     pub fn namespace(&self) -> &str {
         match self {
             Backend::Fake { .. } => "bench",

@@ -17,6 +17,7 @@
 
 mod backend;
 mod measure;
+mod minimal;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -25,13 +26,10 @@ use std::time::{Duration, Instant};
 use backend::Backend;
 use fake_apiserver::localhost::{free_port, http_get};
 use futures::{StreamExt, stream};
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Service;
+use kube::Api;
 use kube::api::{Patch, PatchParams};
-use kube::{Api, Client};
 use measure::{Requests, cpu_seconds, memory, per_ms, quantile, requests, since, total, writes};
 use modelservice_operator::api::ModelService;
-use serde_json::json;
 
 /// The operator binary, killed (gently) when dropped.
 struct Operator {
@@ -137,17 +135,20 @@ async fn wait_converged(b: &Backend, n: usize, generation: i64, arg: &str) -> bo
 
 /// Applies all N ModelServices (with `arg`), 64 at a time, as a user would.
 async fn apply_all(b: &Backend, n: usize, arg: &str) {
-    let api: Api<ModelService> = Api::namespaced(b.client(), b.namespace());
     stream::iter(0..n)
-        .for_each_concurrent(64, |i| {
-            let api = api.clone();
-            let obj = b.model_service(&name(i), arg);
-            async move {
-                let pp = PatchParams::apply("bench-user").force();
-                let _ = api.patch(&name(i), &pp, &Patch::Apply(obj)).await;
-            }
+        .for_each_concurrent(64, |i| async move {
+            apply_one(b, i, arg).await;
         })
         .await;
+}
+
+/// Applies ModelService number `i`; returns it as the server stored it.
+async fn apply_one(b: &Backend, i: usize, arg: &str) -> Option<ModelService> {
+    let api: Api<ModelService> = Api::namespaced(b.client(), b.namespace());
+    let pp = PatchParams::apply("bench-user").force();
+    api.patch(&name(i), &pp, &Patch::Apply(b.model_service(&name(i), arg)))
+        .await
+        .ok()
 }
 
 /// One phase's cost: requests, writes and CPU.
@@ -206,11 +207,13 @@ fn row(n: usize, phase: &str, wall: Option<Duration>, c: &Cost) {
     );
 }
 
-async fn run_n(run: usize, n: usize, concurrency: u16) {
+/// All phases for one N; returns the cold convergence time.
+async fn run_n(run: usize, n: usize, concurrency: u16) -> Option<Duration> {
     let b = Backend::new(run).await;
     let op = Operator::start(b.kubeconfig(), b.namespace(), concurrency);
     if !op.ready().await {
-        return b.finish().await;
+        b.finish().await;
+        return None;
     }
     let counted_before = requests(&op.metrics());
 
@@ -219,7 +222,8 @@ async fn run_n(run: usize, n: usize, concurrency: u16) {
     apply_all(&b, n, "--v1").await;
     let created = t.elapsed();
     if !wait_converged(&b, n, 1, "--v1").await {
-        return b.finish().await;
+        b.finish().await;
+        return None;
     }
     let cold = t.elapsed();
     let cold_cost = cost(&b, &op, &m);
@@ -243,7 +247,8 @@ async fn run_n(run: usize, n: usize, concurrency: u16) {
     let t = Instant::now();
     apply_all(&b, n, "--v2").await;
     if !wait_converged(&b, n, 2, "--v2").await {
-        return b.finish().await;
+        b.finish().await;
+        return None;
     }
     row(n, "rollout", Some(t.elapsed()), &cost(&b, &op, &m));
 
@@ -275,6 +280,7 @@ async fn run_n(run: usize, n: usize, concurrency: u16) {
     // The operator removes its finalizers while the namespace goes.
     b.finish().await;
     drop(op);
+    Some(cold)
 }
 
 fn events(metrics: &str, result: &str) -> f64 {
@@ -284,120 +290,6 @@ fn events(metrics: &str, result: &str) -> f64 {
         .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
         .sum::<f64>()
         + 0.0
-}
-
-/// A client that only issues the writes convergence needs (finalizer, two
-/// applies, one status write per ModelService; with `event`, also the one
-/// Event the operator sends), over the same kind of connection, at the same
-/// concurrency, on objects that already exist.
-async fn minimal_client(run: &mut usize, n: usize, concurrency: usize, event: bool) {
-    // Single runs of a fraction of a second vary a lot on a small machine:
-    // the median of three.
-    let mut runs = Vec::new();
-    for _ in 0..3 {
-        *run += 1;
-        runs.push(minimal_client_once(*run, n, concurrency, event).await);
-    }
-    runs.sort();
-    let took = runs[1];
-    println!(
-        "| {n} | minimal client, {} writes per ModelService, concurrency {concurrency} | {:.2} s (median of {:.2}, {:.2}, {:.2}) | {:.0}/s |",
-        if event { 5 } else { 4 },
-        took.as_secs_f64(),
-        runs[0].as_secs_f64(),
-        runs[1].as_secs_f64(),
-        runs[2].as_secs_f64(),
-        n as f64 / took.as_secs_f64()
-    );
-}
-
-async fn minimal_client_once(run: usize, n: usize, concurrency: usize, event: bool) -> Duration {
-    let b = Backend::new(run).await;
-    apply_all(&b, n, "--v1").await;
-    let client = match b.kubeconfig() {
-        Some(kc) => {
-            let cfg = kube::Config::from_custom_kubeconfig(
-                kube::config::Kubeconfig::read_from(kc).expect("kubeconfig"),
-                &Default::default(),
-            )
-            .await
-            .expect("config");
-            Client::try_from(cfg).expect("client")
-        }
-        None => b.client(),
-    };
-    let ns = b.namespace().to_string();
-    let t = Instant::now();
-    stream::iter(0..n)
-        .for_each_concurrent(concurrency, |i| {
-            let (client, ns) = (client.clone(), ns.clone());
-            async move { minimal_writes(&client, &ns, &name(i), event).await }
-        })
-        .await;
-    let took = t.elapsed();
-    // Its finalizer would keep a real namespace from being deleted.
-    let msapi: Api<ModelService> = Api::namespaced(client.clone(), &ns);
-    for i in 0..n {
-        let _ = msapi
-            .patch(
-                &name(i),
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-            )
-            .await;
-    }
-    b.finish().await;
-    took
-}
-
-async fn minimal_writes(client: &Client, ns: &str, name: &str, event: bool) {
-    let pp = PatchParams::apply("minimal").force();
-    let msapi: Api<ModelService> = Api::namespaced(client.clone(), ns);
-    let merge = PatchParams::default();
-    let _ = msapi
-        .patch(
-            name,
-            &merge,
-            &Patch::Merge(json!({"metadata": {"finalizers": ["x/y"]}})),
-        )
-        .await;
-    let labels = json!({"app": name});
-    let _ = Api::<Deployment>::namespaced(client.clone(), ns)
-        .patch(name, &pp, &Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": name},
-            "spec": {"replicas": 0, "selector": {"matchLabels": labels},
-                "template": {"metadata": {"labels": labels},
-                    "spec": {"containers": [{"name": "server", "image": "registry.k8s.io/pause:3.10", "args": ["--v1"]}]}}}})))
-        .await;
-    let _ = Api::<Service>::namespaced(client.clone(), ns)
-        .patch(
-            name,
-            &pp,
-            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": name},
-            "spec": {"selector": labels, "ports": [{"name": "http", "port": 8000}]}})),
-        )
-        .await;
-    let _ = msapi
-        .patch_status(
-            name,
-            &merge,
-            &Patch::Merge(json!({"status": {"observedGeneration": 1}})),
-        )
-        .await;
-    if event {
-        let ev: k8s_openapi::api::events::v1::Event = serde_json::from_value(json!({
-            "metadata": {"generateName": format!("{name}.")},
-            "eventTime": "2026-01-01T00:00:00.000000Z",
-            "reportingController": "minimal", "reportingInstance": "minimal",
-            "action": "Apply", "reason": "Created", "type": "Normal", "note": "Created Deployment, Service",
-            "regarding": {"apiVersion": "serving.modelservice.dev/v1alpha1", "kind": "ModelService", "name": name, "namespace": ns}
-        }))
-        .expect("event");
-        let _ = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), ns)
-            .create(&Default::default(), &ev)
-            .await;
-    }
 }
 
 /// Create → Deployment exists, one at a time on an idle server.
@@ -463,15 +355,32 @@ fn main() {
         println!("| N | phase | wall time | rate | writes | operator requests per ModelService | CPU: operator / driver |");
         println!("|---|---|---|---|---|---|---|");
         let mut run = 0;
+        let mut cold = Vec::new();
         for &n in &ns {
             run += 1;
-            run_n(run, n, concurrency).await;
+            cold.push(run_n(run, n, concurrency).await);
         }
         println!();
+        let mut baselines = Vec::new();
         for &n in &ns {
-            for event in [false, true] {
-                minimal_client(&mut run, n, concurrency as usize, event).await;
-            }
+            let four = minimal::measure(&mut run, n, concurrency as usize, false).await;
+            let five = minimal::measure(&mut run, n, concurrency as usize, true).await;
+            baselines.push((four, five));
+        }
+        println!();
+        println!("| N | operator cold (from first create) | 4-write client from first create | 5-write client from first create | operator ÷ 4-write | operator ÷ 5-write |");
+        println!("|---|---|---|---|---|---|");
+        for ((n, op), (four, five)) in ns.iter().zip(&cold).zip(&baselines) {
+            let Some(op) = op else { continue };
+            let ratio = |d: Duration| op.as_secs_f64() / d.as_secs_f64();
+            println!(
+                "| {n} | {:.2} s | {:.2} s | {:.2} s | {:.2}× | {:.2}× |",
+                op.as_secs_f64(),
+                four.as_secs_f64(),
+                five.as_secs_f64(),
+                ratio(*four),
+                ratio(*five),
+            );
         }
         println!();
         run += 1;

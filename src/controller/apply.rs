@@ -16,6 +16,7 @@ use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 
 use super::error::is_not_found;
+use super::lean::{Lean, LeanDeployment};
 use super::observe::cached;
 use super::{Context, Error, recent};
 use crate::core::Children;
@@ -31,7 +32,7 @@ enum Outcome {
     Updated,
 }
 
-/// Applies `children`; returns the Deployment as it is now.
+/// Applies `children`; returns the Deployment as it is now (lean: see `lean`).
 ///
 /// One Event sums up what a reconcile changed ("Created Deployment m,
 /// Service m"): one write for the API server instead of one per child.
@@ -40,7 +41,7 @@ pub async fn apply_children(
     owner: &ObjectReference,
     owner_uid: &str,
     children: &Children,
-) -> Result<Deployment, Error> {
+) -> Result<LeanDeployment, Error> {
     let mut done = Vec::new();
     let result = apply_all(ctx, owner, owner_uid, children, &mut done).await;
     // Also after a failure: what was applied before it was applied.
@@ -57,7 +58,7 @@ async fn apply_all(
     owner_uid: &str,
     children: &Children,
     done: &mut Vec<(Outcome, String, String)>,
-) -> Result<Deployment, Error> {
+) -> Result<LeanDeployment, Error> {
     let (deployment, o) = apply_one(ctx, &ctx.stores.deployments, &children.deployment).await?;
     done.push((
         o,
@@ -118,14 +119,17 @@ fn summary(done: &[(Outcome, String, String)]) -> Option<(&'static str, String)>
     Some((reason, note))
 }
 
-async fn apply_one<K>(ctx: &Context, store: &Store<K>, desired: &K) -> Result<(K, Outcome), Error>
+/// Applies `desired` unless the cached copy already holds it. The cache and
+/// the apply response are both lean: only metadata, spec and (for the
+/// Deployment) status are decoded.
+async fn apply_one<K, S>(
+    ctx: &Context,
+    store: &Store<Lean<K, S>>,
+    desired: &K,
+) -> Result<(Lean<K, S>, Outcome), Error>
 where
-    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-        + Clone
-        + Debug
-        + Serialize
-        + DeserializeOwned
-        + 'static,
+    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope> + Serialize + 'static,
+    S: Clone + Debug + DeserializeOwned + 'static,
 {
     let kind = K::kind(&());
     let (Some(name), Some(ns)) = (
@@ -158,33 +162,46 @@ where
         // up. Report the desired object (no status yet), never the stale
         // cached one, whose old status could claim the new spec is ready.
         ctx.metrics.child_write(&kind, "unchanged");
-        let desired = serde_json::from_value(desired_json).map_err(|source| Error::Serialize {
+        let desired = Lean::from_desired(&desired_json).map_err(|source| Error::Serialize {
             what: "desired child",
             source,
         })?;
         return Ok((desired, Outcome::Unchanged));
     }
     if let Some(cur) = &current {
-        let cur_json = serde_json::to_value(cur.as_ref()).map_err(|source| Error::Serialize {
-            what: "cached child",
-            source,
-        })?;
-        if is_subset(&desired_json, &cur_json) {
+        // A child stamped with another fingerprint cannot hold the desired
+        // object (the stamp is part of it): no need to compare the rest.
+        let stamped = cur
+            .meta()
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION))
+            .is_some_and(|f| *f == fingerprint);
+        let holds = stamped
+            && (ctx.verified.holds(&key, cached_rv.as_deref(), &fingerprint) || {
+                let cur_json = cur.to_json().map_err(|source| Error::Serialize {
+                    what: "cached child",
+                    source,
+                })?;
+                is_subset(&desired_json, &cur_json)
+            });
+        if holds {
+            ctx.verified
+                .remember(&key, cached_rv.as_deref(), &fingerprint);
             ctx.metrics.child_write(&kind, "unchanged");
             return Ok((cur.as_ref().clone(), Outcome::Unchanged));
         }
     }
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
+    let api: Api<Lean<K, S>> = Api::namespaced(ctx.client.clone(), &ns);
     let pp = PatchParams::apply(MANAGER).force();
     let applied = api
         .patch(&name, &pp, &Patch::Apply(&desired_json))
         .await
         .map_err(|e| Error::kube(format!("applying {kind} {ns}/{name}"), e))?;
-    ctx.applied.record(
-        &key,
-        applied.meta().resource_version.as_deref(),
-        fingerprint,
-    );
+    // What the server returns holds every field we applied.
+    let rv = applied.meta().resource_version.as_deref();
+    ctx.verified.remember(&key, rv, &fingerprint);
+    ctx.applied.record(&key, rv, fingerprint);
     let (outcome, op) = if current.is_some() {
         (Outcome::Updated, "update")
     } else {
@@ -249,7 +266,9 @@ pub fn forget(ctx: &Context, namespace: &str, name: &str) {
         k8s_openapi::api::core::v1::Service::kind(&()),
         HorizontalPodAutoscaler::kind(&()),
     ] {
-        ctx.applied.forget(&recent::key(&kind, namespace, name));
+        let key = recent::key(&kind, namespace, name);
+        ctx.applied.forget(&key);
+        ctx.verified.forget(&key);
     }
 }
 

@@ -6,13 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::Service;
 use kube::Client;
 use kube::runtime::reflector::Store;
 use tokio::sync::Mutex;
 
+use super::lean::{LeanDeployment, LeanHpa, LeanService};
 use crate::runtime::metrics::Metrics;
 
 /// Timing and concurrency of the controller.
@@ -38,12 +36,12 @@ impl Default for ControllerConfig {
 }
 
 /// Reflector caches of the children, labelled by the operator: observe reads
-/// them instead of the API server.
+/// them instead of the API server. They hold lean objects (see `lean`).
 #[derive(Clone)]
 pub struct Stores {
-    pub deployments: Store<Deployment>,
-    pub services: Store<Service>,
-    pub hpas: Store<HorizontalPodAutoscaler>,
+    pub deployments: Store<LeanDeployment>,
+    pub services: Store<LeanService>,
+    pub hpas: Store<LeanHpa>,
 }
 
 impl Stores {
@@ -103,6 +101,8 @@ pub struct Context {
     pub reported_invalid: Mutex<HashMap<String, String>>,
     /// Fingerprints of children we applied, until the caches show them.
     pub applied: super::recent::Recent<String>,
+    /// Children known to hold what we apply, by resourceVersion.
+    pub verified: super::verified::Verified,
     /// Our finalizer patches, until the ModelService cache shows them.
     pub finalized: super::recent::Recent<()>,
     /// Statuses we wrote, until the ModelService cache shows them.

@@ -1,7 +1,7 @@
 //! Objects that cannot be read as a ModelService (stored under an older or
 //! newer schema, or written around validation).
 //!
-//! kube-runtime's `DeserializeGuard` hands them to us instead of breaking the
+//! The watch's `Guarded` decoding (kube's `DeserializeGuard`, only cheaper) hands them to us instead of breaking the
 //! watch for every other object. We say what is wrong in status, once, and
 //! never block their deletion.
 

@@ -9,11 +9,14 @@ pub mod context;
 pub mod error;
 pub mod events;
 pub mod finalizer;
+pub mod guarded;
 pub mod invalid;
+pub mod lean;
 pub mod observe;
 pub mod recent;
 pub mod reconcile;
 pub mod report;
+pub mod verified;
 
 pub use context::{Context, ControllerConfig, Leadership, Stores};
 pub use error::Error;

@@ -5,13 +5,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Api, Resource, ResourceExt};
 use tracing::{info, instrument, warn};
 
+use super::guarded::Guarded;
 use super::observe::{cached, pods};
 use super::{Context, Error, apply, invalid, report};
 use crate::api::ModelService;
@@ -25,7 +25,7 @@ pub const FINALIZER: &str = "serving.modelservice.dev/cleanup";
 /// The Controller's reconcile function.
 #[instrument(skip_all, fields(namespace = obj.namespace().unwrap_or_default(), name = obj.name_any()))]
 pub async fn reconcile(
-    obj: Arc<DeserializeGuard<ModelService>>,
+    obj: Arc<Guarded<ModelService>>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
     if !ctx.leadership.is_leader() {
@@ -58,11 +58,7 @@ pub async fn reconcile(
 /// Requeue with the controller's backoff; kube-runtime's scheduler spreads
 /// retries, and a permanent problem is already in status, so there is no need
 /// to retry fast.
-pub fn error_policy(
-    obj: Arc<DeserializeGuard<ModelService>>,
-    err: &Error,
-    ctx: Arc<Context>,
-) -> Action {
+pub fn error_policy(obj: Arc<Guarded<ModelService>>, err: &Error, ctx: Arc<Context>) -> Action {
     let key = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
     let failures = match ctx.failures.lock() {
         Ok(mut m) => {
@@ -144,7 +140,8 @@ async fn apply_spec(ms: &ModelService, ctx: &Context) -> Result<Action, Error> {
     };
 
     // Step 1 (the on-demand part): pods, only when they can explain something.
-    let pods = if blocked.is_none() && needs_pods(deployment.as_ref()) {
+    let state = deployment.as_ref().map(|d| d.state());
+    let pods = if blocked.is_none() && needs_pods(state) {
         pods(ctx, &ns, &name).await?
     } else {
         Vec::new()
@@ -161,7 +158,7 @@ async fn apply_spec(ms: &ModelService, ctx: &Context) -> Result<Action, Error> {
             resource: &ms.spec.gpu_resource,
         },
         blocked,
-        deployment: deployment.as_ref(),
+        deployment: state,
         pods: &pods,
     };
     let previous = report::effective_status(ctx, ms);

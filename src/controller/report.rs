@@ -10,6 +10,7 @@ use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
+use super::lean::Lean;
 use super::{Context, Error, recent};
 use crate::api::{ModelService, ModelServiceStatus, condition_types as ct};
 use crate::core::conditions::find;
@@ -31,7 +32,8 @@ pub async fn report(
     if current == Some(new) {
         return Ok(false);
     }
-    let api: Api<ModelService> = Api::namespaced(ctx.client.clone(), &ns);
+    // Only the resourceVersion of the response is read: decode it lean.
+    let api: Api<Lean<ModelService>> = Api::namespaced(ctx.client.clone(), &ns);
     let written = api
         .patch_status(
             &name,
@@ -75,7 +77,7 @@ pub fn forget(ctx: &Context, ms: &ModelService) {
 
 /// A merge patch that sets every status field, with explicit nulls for the
 /// ones that are now unset (a merge patch leaves absent keys alone).
-fn status_patch(new: &ModelServiceStatus) -> Result<Value, Error> {
+pub fn status_patch(new: &ModelServiceStatus) -> Result<Value, Error> {
     let mut v = serde_json::to_value(new).map_err(|source| Error::Serialize {
         what: "status",
         source,

@@ -15,13 +15,28 @@ pub const ANNOTATION: &str = "modelservice.dev/applied-fingerprint";
 
 /// FNV-1a over the canonical JSON text: stable across processes and releases
 /// (unlike `std`'s randomly seeded hasher), and plenty for change detection.
+/// The text is hashed as it is written, never held in memory.
 pub fn fingerprint(v: &Value) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in v.to_string().bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    let mut h = Fnv1a(0xcbf2_9ce4_8422_2325);
+    // Writing into a hasher cannot fail; a Value always serializes.
+    let _ = serde_json::to_writer(&mut h, v);
+    format!("{:016x}", h.0)
+}
+
+/// 64-bit FNV-1a as an `io::Write` sink.
+struct Fnv1a(u64);
+
+impl std::io::Write for Fnv1a {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        for b in buf {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        Ok(buf.len())
     }
-    format!("{h:016x}")
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Adds the fingerprint of `desired` (as it is before stamping) to its
@@ -65,5 +80,8 @@ mod tests {
         assert_eq!(fingerprint(&a), fingerprint(&a.clone()));
         assert_ne!(fingerprint(&a), fingerprint(&json!({"a": 1, "b": [2, 1]})));
         assert_eq!(fingerprint(&json!({})).len(), 16);
+        // The same value as before streaming: children stamped by an older
+        // release are not re-applied after an upgrade.
+        assert_eq!(fingerprint(&json!({"a": 1})), "9c3e82dd6fcae8b1");
     }
 }

@@ -3,7 +3,28 @@
 //! Follows the rules `kubectl rollout status` uses, so what we report matches
 //! what an operator on call sees in kubectl.
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
+
+/// What a rollout is judged from: the Deployment's generation, its replica
+/// count and its status. The operator reads these from its lean cache; a
+/// whole typed Deployment converts for callers that have one.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DeploymentState<'a> {
+    pub generation: i64,
+    /// `spec.replicas`; unset means the API server's default, 1.
+    pub replicas: Option<i32>,
+    pub status: Option<&'a DeploymentStatus>,
+}
+
+impl<'a> From<&'a Deployment> for DeploymentState<'a> {
+    fn from(d: &'a Deployment) -> Self {
+        Self {
+            generation: d.metadata.generation.unwrap_or(0),
+            replicas: d.spec.replicas,
+            status: d.status.as_ref(),
+        }
+    }
+}
 
 /// The Deployment's rollout, summarised.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,12 +49,12 @@ pub enum Rollout {
 }
 
 /// Summarises `dep`'s rollout.
-pub fn rollout(dep: Option<&Deployment>) -> Rollout {
+pub fn rollout(dep: Option<DeploymentState<'_>>) -> Rollout {
     let Some(dep) = dep else {
         return Rollout::Missing;
     };
-    let generation = dep.metadata.generation.unwrap_or(0);
-    let Some(st) = dep.status.as_ref() else {
+    let generation = dep.generation;
+    let Some(st) = dep.status else {
         return Rollout::NotObserved;
     };
     if st.observed_generation.unwrap_or(0) < generation {
@@ -50,7 +71,7 @@ pub fn rollout(dep: Option<&Deployment>) -> Rollout {
                 .unwrap_or_else(|| "the rollout made no progress".into()),
         };
     }
-    let desired = dep.spec.replicas.unwrap_or(1);
+    let desired = dep.replicas.unwrap_or(1);
     let updated = st.updated_replicas.unwrap_or(0);
     let total = st.replicas.unwrap_or(0);
     let available = st.available_replicas.unwrap_or(0);
@@ -98,7 +119,7 @@ mod tests {
     fn missing_and_unobserved() {
         assert_eq!(rollout(None), Rollout::Missing);
         assert_eq!(
-            rollout(Some(&dep(2, 1, 1, serde_json::json!({})))),
+            rollout(Some((&dep(2, 1, 1, serde_json::json!({}))).into())),
             Rollout::NotObserved
         );
     }
@@ -112,7 +133,7 @@ mod tests {
             serde_json::json!({"replicas": 2, "updatedReplicas": 2, "availableReplicas": 2, "readyReplicas": 2}),
         );
         assert_eq!(
-            rollout(Some(&d)),
+            rollout(Some((&d).into())),
             Rollout::Complete {
                 available: 2,
                 desired: 2
@@ -129,7 +150,7 @@ mod tests {
             serde_json::json!({"replicas": 2, "updatedReplicas": 1, "availableReplicas": 1}),
         );
         assert!(matches!(
-            rollout(Some(&d)),
+            rollout(Some((&d).into())),
             Rollout::RollingOut {
                 updated: 1,
                 desired: 2,
@@ -149,7 +170,7 @@ mod tests {
             "conditions": [{"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated"}]}),
         );
         assert!(matches!(
-            rollout(Some(&d)),
+            rollout(Some((&d).into())),
             Rollout::RollingOut {
                 updated: 1,
                 desired: 1,
@@ -169,7 +190,7 @@ mod tests {
             "conditions": [{"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]}),
         );
         assert_eq!(
-            rollout(Some(&d)),
+            rollout(Some((&d).into())),
             Rollout::Scaling {
                 available: 2,
                 desired: 4
@@ -182,7 +203,7 @@ mod tests {
             serde_json::json!({"replicas": 2, "updatedReplicas": 2, "availableReplicas": 1}),
         );
         assert_eq!(
-            rollout(Some(&not_yet_available)),
+            rollout(Some((&not_yet_available).into())),
             Rollout::Scaling {
                 available: 1,
                 desired: 2
@@ -201,7 +222,7 @@ mod tests {
              "message": "ReplicaSet \"m-1\" has timed out progressing."}]}),
         );
         assert_eq!(
-            rollout(Some(&d)),
+            rollout(Some((&d).into())),
             Rollout::Stuck {
                 message: "ReplicaSet \"m-1\" has timed out progressing.".into()
             }

@@ -4,7 +4,6 @@
 //! condition's transition, so the same world gives a byte-identical status and
 //! the reconcile does not write (or wake itself up) again.
 
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -12,7 +11,7 @@ use super::conditions::{Wanted, merge};
 use super::diagnosis::{GpuRequest, Problem, diagnose};
 use super::labels::selector_string;
 use super::reasons;
-use super::rollout::{Rollout, rollout};
+use super::rollout::{DeploymentState, Rollout, rollout};
 use crate::api::{ModelServiceStatus, condition_types as ct};
 
 /// Everything the status is computed from.
@@ -29,14 +28,14 @@ pub struct Observed<'a> {
     /// applied: an invalid spec, or a write the API server refused.
     pub blocked: Option<Problem>,
     /// The Deployment as it is after this reconcile's apply.
-    pub deployment: Option<&'a Deployment>,
+    pub deployment: Option<DeploymentState<'a>>,
     /// The pods of this ModelService, when they were read (see [`needs_pods`]).
     pub pods: &'a [Pod],
 }
 
 /// Whether reading pods could explain anything: only while the Deployment is
 /// not complete. Ready models cost no pod reads at all.
-pub fn needs_pods(deployment: Option<&Deployment>) -> bool {
+pub fn needs_pods(deployment: Option<DeploymentState<'_>>) -> bool {
     matches!(
         rollout(deployment),
         Rollout::RollingOut { .. } | Rollout::Scaling { .. } | Rollout::Stuck { .. }
@@ -161,7 +160,7 @@ pub fn compute(
     let previous_conditions = previous
         .map(|p| p.conditions.as_slice())
         .unwrap_or_default();
-    let dep_status = o.deployment.and_then(|d| d.status.as_ref());
+    let dep_status = o.deployment.and_then(|d| d.status);
     ModelServiceStatus {
         observed_generation: Some(o.generation),
         replicas: Some(dep_status.and_then(|s| s.replicas).unwrap_or(0)),
@@ -190,6 +189,7 @@ mod tests {
     use super::*;
     use crate::core::conditions::find;
     use crate::core::diagnosis::tests::{unschedulable, waiting};
+    use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::jiff::Timestamp;
     use serde_json::json;
 
@@ -233,7 +233,7 @@ mod tests {
                 resource: "nvidia.com/gpu",
             },
             blocked: None,
-            deployment: d,
+            deployment: d.map(Into::into),
             pods,
         }
     }
@@ -422,11 +422,11 @@ mod tests {
         let mut unobserved = rolling();
         unobserved.metadata.generation = Some(9);
         assert!(
-            !needs_pods(Some(&unobserved)),
+            !needs_pods(Some((&unobserved).into())),
             "nothing to diagnose before the controller acts"
         );
-        assert!(!needs_pods(Some(&complete())));
-        assert!(needs_pods(Some(&rolling())));
+        assert!(!needs_pods(Some((&complete()).into())));
+        assert!(needs_pods(Some((&rolling()).into())));
     }
 
     #[test]

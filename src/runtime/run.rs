@@ -7,10 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::Service;
-use kube::core::DeserializeGuard;
 use kube::runtime::controller::Config as ControllerRuntimeConfig;
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector;
@@ -29,6 +25,8 @@ use super::startup::{self, StartupError};
 use crate::api::ModelService;
 use crate::controller::context::synced;
 use crate::controller::events::Events;
+use crate::controller::guarded::Guarded;
+use crate::controller::lean::{LeanDeployment, LeanHpa, LeanService};
 use crate::controller::{Context, ControllerConfig, Leadership, Stores, error_policy, reconcile};
 use crate::core::labels::{MANAGED_BY_LABEL, MANAGER};
 
@@ -153,16 +151,16 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
         None => None,
     };
 
-    let (dep_store, dep_writer) = reflector::store::<Deployment>();
-    let (svc_store, svc_writer) = reflector::store::<Service>();
-    let (hpa_store, hpa_writer) = reflector::store::<HorizontalPodAutoscaler>();
-    let (ms_store, ms_writer) = reflector::store::<DeserializeGuard<ModelService>>();
+    let (dep_store, dep_writer) = reflector::store::<LeanDeployment>();
+    let (svc_store, svc_writer) = reflector::store::<LeanService>();
+    let (hpa_store, hpa_writer) = reflector::store::<LeanHpa>();
+    let (ms_store, ms_writer) = reflector::store::<Guarded<ModelService>>();
     let ms_stream = watcher(
-        api::<DeserializeGuard<ModelService>>(&client, ns),
+        api::<Guarded<ModelService>>(&client, ns),
         watcher::Config::default(),
     )
     .default_backoff()
-    .modify(trim::<DeserializeGuard<ModelService>>)
+    .modify(trim::<Guarded<ModelService>>)
     .reflect(ms_writer)
     .applied_objects();
 
@@ -197,6 +195,7 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
         reported_invalid: Mutex::new(HashMap::new()),
         failures: std::sync::Mutex::new(HashMap::new()),
         applied: Default::default(),
+        verified: Default::default(),
         finalized: Default::default(),
         written_status: Default::default(),
     });
@@ -211,12 +210,9 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
     .filter_map(|lead| async move { lead.then_some(()) });
 
     let controller = Controller::for_stream(ms_stream, ms_store)
-        .owns_stream(child_stream(api::<Deployment>(&client, ns), dep_writer))
-        .owns_stream(child_stream(api::<Service>(&client, ns), svc_writer))
-        .owns_stream(child_stream(
-            api::<HorizontalPodAutoscaler>(&client, ns),
-            hpa_writer,
-        ))
+        .owns_stream(child_stream(api::<LeanDeployment>(&client, ns), dep_writer))
+        .owns_stream(child_stream(api::<LeanService>(&client, ns), svc_writer))
+        .owns_stream(child_stream(api::<LeanHpa>(&client, ns), hpa_writer))
         .with_config(ControllerRuntimeConfig::default().concurrency(cfg.controller.concurrency))
         .reconcile_all_on(leader_trigger)
         .graceful_shutdown_on(shutdown.clone().wait())

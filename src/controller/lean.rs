@@ -1,0 +1,279 @@
+//! Children as the operator reads them: metadata, the spec as raw JSON, and
+//! the status only where something reads it.
+//!
+//! Why not the typed k8s-openapi objects: a Deployment with its server
+//! defaults decodes into hundreds of small allocations (every `Option<String>`
+//! of every container field), and `managedFields` decodes into a whole JSON
+//! tree. The operator reads a child's metadata, compares the fields it sets
+//! against the spec (a JSON comparison anyway, see `core::subset`), and reads
+//! the Deployment's status. Decoding only that, from the watch streams and
+//! from the apply responses, is what brought the cached children from about
+//! 11 KB to a few KB per ModelService and took the decoding out of the
+//! operator's CPU profile (see BENCHMARKS.md).
+//!
+//! The spec is kept as text, which works when serde_json reads the object
+//! straight from the wire: see `guarded` for why that holds for watches.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use kube::Resource;
+use serde::de::{DeserializeOwned, IgnoredAny};
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::core::rollout::DeploymentState;
+
+/// An object of kind `K`: its metadata (without managedFields), its spec
+/// verbatim, and its status decoded as `S` (by default skipped).
+#[derive(Deserialize)]
+#[serde(bound(deserialize = "S: DeserializeOwned"))]
+pub struct Lean<K, S = IgnoredAny> {
+    #[serde(default, deserialize_with = "meta_without_managed_fields")]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: Option<Box<RawValue>>,
+    #[serde(default)]
+    pub status: Option<S>,
+    #[serde(skip)]
+    kind: PhantomData<fn() -> K>,
+}
+
+/// The Deployment: its status says how the rollout is going.
+pub type LeanDeployment = Lean<Deployment, DeploymentStatus>;
+/// The Service: existence, ownership and our fields are all that matter.
+pub type LeanService = Lean<Service>;
+/// The HorizontalPodAutoscaler: the same.
+pub type LeanHpa = Lean<HorizontalPodAutoscaler>;
+
+impl<K, S: Clone> Clone for Lean<K, S> {
+    fn clone(&self) -> Self {
+        Self {
+            metadata: self.metadata.clone(),
+            spec: self.spec.clone(),
+            status: self.status.clone(),
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<K: Resource<DynamicType = ()>, S: std::fmt::Debug> std::fmt::Debug for Lean<K, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(&K::kind(&()))
+            .field("metadata", &self.metadata)
+            .field("spec", &self.spec)
+            .field("status", &self.status)
+            .finish()
+    }
+}
+
+impl<K: Resource<DynamicType = ()>, S> Resource for Lean<K, S> {
+    type DynamicType = ();
+    type Scope = K::Scope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        K::kind(&())
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        K::group(&())
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        K::version(&())
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        K::plural(&())
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl<K: Resource<DynamicType = ()>, S> Lean<K, S> {
+    /// The object as JSON with the fields we can compare against what we
+    /// apply: apiVersion, kind, metadata and spec (status is never applied).
+    pub fn to_json(&self) -> Result<Value, serde_json::Error> {
+        let spec = match &self.spec {
+            Some(raw) => serde_json::from_str(raw.get())?,
+            None => Value::Null,
+        };
+        Ok(serde_json::json!({
+            "apiVersion": K::api_version(&()),
+            "kind": K::kind(&()),
+            "metadata": serde_json::to_value(&self.metadata)?,
+            "spec": spec,
+        }))
+    }
+
+    /// The object we are about to apply, as it will read back before any
+    /// controller has acted on it: no status.
+    pub fn from_desired(desired: &Value) -> Result<Self, serde_json::Error> {
+        let metadata = ObjectMeta::deserialize(&desired["metadata"])?;
+        let spec = match desired.get("spec") {
+            Some(s) if !s.is_null() => Some(serde_json::value::to_raw_value(s)?),
+            _ => None,
+        };
+        Ok(Self {
+            metadata,
+            spec,
+            status: None,
+            kind: PhantomData,
+        })
+    }
+}
+
+impl LeanDeployment {
+    /// What the rollout is judged from. An unreadable replica count counts as
+    /// unset (the API server's default, 1), like a missing one.
+    pub fn state(&self) -> DeploymentState<'_> {
+        #[derive(Deserialize)]
+        struct Replicas {
+            replicas: Option<i32>,
+        }
+        let replicas = self
+            .spec
+            .as_deref()
+            .and_then(|raw| serde_json::from_str::<Replicas>(raw.get()).ok())
+            .and_then(|r| r.replicas);
+        DeploymentState {
+            generation: self.metadata.generation.unwrap_or(0),
+            replicas,
+            status: self.status.as_ref(),
+        }
+    }
+}
+
+/// ObjectMeta as the API server sends it, minus `managedFields`: serde skips
+/// that key while parsing instead of building its JSON tree only for the
+/// operator to drop it. Every other field is kept.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MetaWire {
+    annotations: Option<BTreeMap<String, String>>,
+    creation_timestamp: Option<Time>,
+    deletion_grace_period_seconds: Option<i64>,
+    deletion_timestamp: Option<Time>,
+    finalizers: Option<Vec<String>>,
+    generate_name: Option<String>,
+    generation: Option<i64>,
+    labels: Option<BTreeMap<String, String>>,
+    name: Option<String>,
+    namespace: Option<String>,
+    owner_references: Option<Vec<OwnerReference>>,
+    resource_version: Option<String>,
+    self_link: Option<String>,
+    uid: Option<String>,
+}
+
+fn meta_without_managed_fields<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    let w = MetaWire::deserialize(d)?;
+    Ok(ObjectMeta {
+        annotations: w.annotations,
+        creation_timestamp: w.creation_timestamp,
+        deletion_grace_period_seconds: w.deletion_grace_period_seconds,
+        deletion_timestamp: w.deletion_timestamp,
+        finalizers: w.finalizers,
+        generate_name: w.generate_name,
+        generation: w.generation,
+        labels: w.labels,
+        managed_fields: None,
+        name: w.name,
+        namespace: w.namespace,
+        owner_references: w.owner_references,
+        resource_version: w.resource_version,
+        self_link: w.self_link,
+        uid: w.uid,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::subset::is_subset;
+    use serde_json::json;
+
+    fn served_deployment() -> String {
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {
+                "name": "m", "namespace": "ns", "uid": "u", "resourceVersion": "7", "generation": 3,
+                "labels": {"app": "m"},
+                "ownerReferences": [{"apiVersion": "serving.modelservice.dev/v1alpha1", "kind": "ModelService", "name": "m", "uid": "o", "controller": true}],
+                "managedFields": [{"manager": "x", "operation": "Apply", "fieldsV1": {"f:spec": {"f:replicas": {}}}}]
+            },
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "m"}},
+                "template": {"spec": {"containers": [{"name": "c", "image": "i:1", "imagePullPolicy": "IfNotPresent"}]}}},
+            "status": {"observedGeneration": 3, "replicas": 2, "updatedReplicas": 2, "availableReplicas": 1}
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn decodes_metadata_without_managed_fields_and_keeps_the_spec_verbatim() {
+        let d: LeanDeployment = serde_json::from_str(&served_deployment()).unwrap();
+        assert_eq!(d.metadata.name.as_deref(), Some("m"));
+        assert_eq!(d.metadata.resource_version.as_deref(), Some("7"));
+        assert_eq!(d.metadata.owner_references.as_ref().map(Vec::len), Some(1));
+        assert_eq!(d.metadata.managed_fields, None);
+        let spec: Value =
+            serde_json::from_str(d.spec.as_deref().map_or("null", RawValue::get)).unwrap();
+        assert_eq!(spec["template"]["spec"]["containers"][0]["image"], "i:1");
+    }
+
+    #[test]
+    fn the_deployment_state_comes_from_generation_replicas_and_status() {
+        let d: LeanDeployment = serde_json::from_str(&served_deployment()).unwrap();
+        let s = d.state();
+        assert_eq!((s.generation, s.replicas), (3, Some(2)));
+        assert_eq!(s.status.and_then(|st| st.available_replicas), Some(1));
+        let bare: LeanDeployment = serde_json::from_str(r#"{"metadata": {"name": "m"}}"#).unwrap();
+        assert_eq!((bare.state().generation, bare.state().replicas), (0, None));
+        assert!(bare.state().status.is_none());
+    }
+
+    #[test]
+    fn a_child_without_read_status_skips_it() {
+        let s: LeanService = serde_json::from_str(
+            r#"{"metadata": {"name": "m"}, "spec": {"ports": []}, "status": {"loadBalancer": {}}}"#,
+        )
+        .unwrap();
+        assert!(s.status.is_some());
+        assert_eq!(LeanService::kind(&()), "Service");
+        assert_eq!(LeanService::api_version(&()), "v1");
+        assert_eq!(LeanHpa::plural(&()), "horizontalpodautoscalers");
+    }
+
+    #[test]
+    fn json_for_comparison_holds_what_we_apply_and_server_defaults() {
+        let d: LeanDeployment = serde_json::from_str(&served_deployment()).unwrap();
+        let desired = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "m", "namespace": "ns", "labels": {"app": "m"}},
+            "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i:1"}]}}}
+        });
+        let current = d.to_json().unwrap();
+        assert!(is_subset(&desired, &current));
+        let mut changed = desired.clone();
+        changed["spec"]["template"]["spec"]["containers"][0]["image"] = json!("i:2");
+        assert!(!is_subset(&changed, &current));
+    }
+
+    #[test]
+    fn the_desired_object_reads_back_without_status() {
+        let desired =
+            json!({"metadata": {"name": "m", "namespace": "ns"}, "spec": {"replicas": 4}});
+        let d = LeanDeployment::from_desired(&desired).unwrap();
+        assert_eq!(d.metadata.name.as_deref(), Some("m"));
+        assert!(d.status.is_none());
+        assert_eq!(d.state().replicas, Some(4));
+        assert_eq!(d.to_json().unwrap()["spec"], desired["spec"]);
+    }
+}
