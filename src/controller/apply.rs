@@ -171,12 +171,7 @@ where
     if let Some(cur) = &current {
         // A child stamped with another fingerprint cannot hold the desired
         // object (the stamp is part of it): no need to compare the rest.
-        let stamped = cur
-            .meta()
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(ANNOTATION))
-            .is_some_and(|f| *f == fingerprint);
+        let stamped = cur.annotation(ANNOTATION).as_deref() == Some(fingerprint.as_str());
         let holds = stamped
             && (ctx.verified.holds(&key, cached_rv.as_deref(), &fingerprint) || {
                 let cur_json = cur.to_json().map_err(|source| Error::Serialize {

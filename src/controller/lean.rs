@@ -32,17 +32,45 @@ use crate::core::rollout::DeploymentState;
 
 /// An object of kind `K`: its metadata (without managedFields), its spec
 /// verbatim, and its status decoded as `S` (by default skipped).
+///
+/// Labels and annotations are kept as JSON text too, beside the metadata: a
+/// map costs a 544-byte B-tree node even for one entry, and the operator only
+/// compares them. So `metadata.labels` and `metadata.annotations` are always
+/// `None` here; read them with [`Lean::annotation`] or [`Lean::to_json`].
+pub struct Lean<K, S = IgnoredAny> {
+    pub metadata: ObjectMeta,
+    labels: Option<Box<RawValue>>,
+    annotations: Option<Box<RawValue>>,
+    pub spec: Option<Box<RawValue>>,
+    pub status: Option<S>,
+    kind: PhantomData<fn() -> K>,
+}
+
+/// The object as it comes from the wire.
 #[derive(Deserialize)]
 #[serde(bound(deserialize = "S: DeserializeOwned"))]
-pub struct Lean<K, S = IgnoredAny> {
-    #[serde(default, deserialize_with = "meta_without_managed_fields")]
-    pub metadata: ObjectMeta,
+struct Wire<S> {
     #[serde(default)]
-    pub spec: Option<Box<RawValue>>,
+    metadata: MetaWire,
     #[serde(default)]
-    pub status: Option<S>,
-    #[serde(skip)]
-    kind: PhantomData<fn() -> K>,
+    spec: Option<Box<RawValue>>,
+    #[serde(default)]
+    status: Option<S>,
+}
+
+impl<'de, K, S: DeserializeOwned> Deserialize<'de> for Lean<K, S> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let w = Wire::<S>::deserialize(d)?;
+        let (metadata, labels, annotations) = w.metadata.split();
+        Ok(Self {
+            metadata,
+            labels,
+            annotations,
+            spec: w.spec,
+            status: w.status,
+            kind: PhantomData,
+        })
+    }
 }
 
 /// The Deployment: its status says how the rollout is going.
@@ -56,6 +84,8 @@ impl<K, S: Clone> Clone for Lean<K, S> {
     fn clone(&self) -> Self {
         Self {
             metadata: self.metadata.clone(),
+            labels: self.labels.clone(),
+            annotations: self.annotations.clone(),
             spec: self.spec.clone(),
             status: self.status.clone(),
             kind: PhantomData,
@@ -67,6 +97,8 @@ impl<K: Resource<DynamicType = ()>, S: std::fmt::Debug> std::fmt::Debug for Lean
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct(&K::kind(&()))
             .field("metadata", &self.metadata)
+            .field("labels", &self.labels)
+            .field("annotations", &self.annotations)
             .field("spec", &self.spec)
             .field("status", &self.status)
             .finish()
@@ -99,30 +131,49 @@ impl<K: Resource<DynamicType = ()>, S> Resource for Lean<K, S> {
 
 impl<K: Resource<DynamicType = ()>, S> Lean<K, S> {
     /// The object as JSON with the fields we can compare against what we
-    /// apply: apiVersion, kind, metadata and spec (status is never applied).
+    /// apply: apiVersion, kind, metadata (labels and annotations included)
+    /// and spec (status is never applied).
     pub fn to_json(&self) -> Result<Value, serde_json::Error> {
-        let spec = match &self.spec {
-            Some(raw) => serde_json::from_str(raw.get())?,
-            None => Value::Null,
+        let parse = |raw: &Option<Box<RawValue>>| match raw {
+            Some(raw) => serde_json::from_str(raw.get()),
+            None => Ok(Value::Null),
         };
+        let mut metadata = serde_json::to_value(&self.metadata)?;
+        if let Some(m) = metadata.as_object_mut() {
+            for (key, raw) in [("labels", &self.labels), ("annotations", &self.annotations)] {
+                let v = parse(raw)?;
+                if !v.is_null() {
+                    m.insert(key.into(), v);
+                }
+            }
+        }
         Ok(serde_json::json!({
             "apiVersion": K::api_version(&()),
             "kind": K::kind(&()),
-            "metadata": serde_json::to_value(&self.metadata)?,
-            "spec": spec,
+            "metadata": metadata,
+            "spec": parse(&self.spec)?,
         }))
+    }
+
+    /// One annotation's value.
+    pub fn annotation(&self, key: &str) -> Option<String> {
+        let raw = self.annotations.as_deref()?;
+        let mut map: BTreeMap<String, String> = serde_json::from_str(raw.get()).ok()?;
+        map.remove(key)
     }
 
     /// The object we are about to apply, as it will read back before any
     /// controller has acted on it: no status.
     pub fn from_desired(desired: &Value) -> Result<Self, serde_json::Error> {
-        let metadata = ObjectMeta::deserialize(&desired["metadata"])?;
+        let (metadata, labels, annotations) = MetaWire::deserialize(&desired["metadata"])?.split();
         let spec = match desired.get("spec") {
             Some(s) if !s.is_null() => Some(serde_json::value::to_raw_value(s)?),
             _ => None,
         };
         Ok(Self {
             metadata,
+            labels,
+            annotations,
             spec,
             status: None,
             kind: PhantomData,
@@ -153,18 +204,18 @@ impl LeanDeployment {
 
 /// ObjectMeta as the API server sends it, minus `managedFields`: serde skips
 /// that key while parsing instead of building its JSON tree only for the
-/// operator to drop it. Every other field is kept.
-#[derive(Deserialize)]
+/// operator to drop it. Labels and annotations stay text.
+#[derive(Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct MetaWire {
-    annotations: Option<BTreeMap<String, String>>,
+    annotations: Option<Box<RawValue>>,
     creation_timestamp: Option<Time>,
     deletion_grace_period_seconds: Option<i64>,
     deletion_timestamp: Option<Time>,
     finalizers: Option<Vec<String>>,
     generate_name: Option<String>,
     generation: Option<i64>,
-    labels: Option<BTreeMap<String, String>>,
+    labels: Option<Box<RawValue>>,
     name: Option<String>,
     namespace: Option<String>,
     owner_references: Option<Vec<OwnerReference>>,
@@ -173,25 +224,29 @@ struct MetaWire {
     uid: Option<String>,
 }
 
-fn meta_without_managed_fields<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
-    let w = MetaWire::deserialize(d)?;
-    Ok(ObjectMeta {
-        annotations: w.annotations,
-        creation_timestamp: w.creation_timestamp,
-        deletion_grace_period_seconds: w.deletion_grace_period_seconds,
-        deletion_timestamp: w.deletion_timestamp,
-        finalizers: w.finalizers,
-        generate_name: w.generate_name,
-        generation: w.generation,
-        labels: w.labels,
-        managed_fields: None,
-        name: w.name,
-        namespace: w.namespace,
-        owner_references: w.owner_references,
-        resource_version: w.resource_version,
-        self_link: w.self_link,
-        uid: w.uid,
-    })
+impl MetaWire {
+    /// The metadata, and the labels and annotations as text.
+    fn split(self) -> (ObjectMeta, Option<Box<RawValue>>, Option<Box<RawValue>>) {
+        let meta = ObjectMeta {
+            annotations: None,
+            creation_timestamp: self.creation_timestamp,
+            deletion_grace_period_seconds: self.deletion_grace_period_seconds,
+            deletion_timestamp: self.deletion_timestamp,
+            finalizers: self.finalizers,
+            generate_name: self.generate_name,
+            generation: self.generation,
+            labels: None,
+            managed_fields: None,
+            name: self.name,
+            namespace: self.namespace,
+            owner_references: self.owner_references,
+            resource_version: self.resource_version,
+            self_link: self.self_link,
+            uid: self.uid,
+        };
+        let some = |raw: Option<Box<RawValue>>| raw.filter(|r| r.get() != "null");
+        (meta, some(self.labels), some(self.annotations))
+    }
 }
 
 #[cfg(test)]
@@ -223,6 +278,8 @@ mod tests {
         assert_eq!(d.metadata.resource_version.as_deref(), Some("7"));
         assert_eq!(d.metadata.owner_references.as_ref().map(Vec::len), Some(1));
         assert_eq!(d.metadata.managed_fields, None);
+        assert_eq!(d.metadata.labels, None, "labels are kept as text");
+        assert_eq!(d.to_json().unwrap()["metadata"]["labels"]["app"], "m");
         let spec: Value =
             serde_json::from_str(d.spec.as_deref().map_or("null", RawValue::get)).unwrap();
         assert_eq!(spec["template"]["spec"]["containers"][0]["image"], "i:1");
@@ -267,6 +324,24 @@ mod tests {
     }
 
     #[test]
+    fn annotations_are_read_from_their_text() {
+        let d: LeanService = serde_json::from_str(
+            r#"{"metadata": {"name": "m", "annotations": {"a": "1", "b": "2"}}}"#,
+        )
+        .unwrap();
+        assert_eq!(d.annotation("b").as_deref(), Some("2"));
+        assert_eq!(d.annotation("c"), None);
+        let bare: LeanService =
+            serde_json::from_str(r#"{"metadata": {"annotations": null}}"#).unwrap();
+        assert_eq!(bare.annotation("a"), None);
+        assert!(
+            bare.to_json().unwrap()["metadata"]
+                .get("annotations")
+                .is_none()
+        );
+    }
+
+    #[test]
     fn the_desired_object_reads_back_without_status() {
         let desired =
             json!({"metadata": {"name": "m", "namespace": "ns"}, "spec": {"replicas": 4}});
@@ -275,5 +350,9 @@ mod tests {
         assert!(d.status.is_none());
         assert_eq!(d.state().replicas, Some(4));
         assert_eq!(d.to_json().unwrap()["spec"], desired["spec"]);
+        assert_eq!(
+            d.to_json().unwrap()["metadata"]["labels"],
+            desired["metadata"]["labels"]
+        );
     }
 }
