@@ -193,7 +193,12 @@ where
         .patch(&name, &pp, &Patch::Apply(&desired_json))
         .await
         .map_err(|e| Error::kube(format!("applying {kind} {ns}/{name}"), e))?;
-    // What the server returns holds every field we applied.
+    // The child as our apply left it counts as holding what we applied,
+    // without a comparison. Where the server stores a field differently
+    // (a quantity in canonical form, a mutating webhook's rewrite), we do not
+    // re-apply on every reconcile and fight it; any later write by someone
+    // else moves the resourceVersion and brings the comparison back. After a
+    // restart such a child is compared, differs, and is applied once.
     let rv = applied.meta().resource_version.as_deref();
     ctx.verified.remember(&key, rv, &fingerprint);
     ctx.applied.record(&key, rv, fingerprint);
@@ -243,6 +248,9 @@ async fn delete_stale_hpa(
             ));
         }
     }
+    let key = recent::key(&HorizontalPodAutoscaler::kind(&()), ns, name);
+    ctx.applied.forget(&key);
+    ctx.verified.forget(&key);
     ctx.metrics.child_write("HorizontalPodAutoscaler", "delete");
     ctx.events.publish(
         owner,

@@ -1,12 +1,14 @@
 //! A ModelService as the watch hands it over: decoded, or why it could not be.
 //!
-//! kube's `DeserializeGuard` gives the same result, but gets there by
-//! buffering each object into a generic value tree and cloning that tree
-//! before decoding it. Every ModelService event goes through it, and the
+//! kube's `DeserializeGuard` gives the same guarantee (one unreadable object
+//! never breaks the watch for the others), but gets there by buffering each
+//! object into a generic value tree and cloning that tree before decoding it. Every ModelService event goes through it, and the
 //! profile put it at a tenth of the operator's CPU while converging. This
 //! guard keeps the object's JSON text instead (one copy, no tree), decodes
 //! it, and only when that fails decodes the metadata from the same text.
-//! The error is kube's own `InvalidObject`, so handling stays the same.
+//! The error is kube's own `InvalidObject`, so handling stays the same; its
+//! text is serde_json's wording (``missing field `image` ``) where
+//! `DeserializeGuard` had serde_value's (`Missing field image`).
 //!
 //! Keeping the text needs serde_json reading it straight from the wire,
 //! which is what kube's client does, and the watch event's `type` before its

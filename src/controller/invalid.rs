@@ -1,7 +1,8 @@
 //! Objects that cannot be read as a ModelService (stored under an older or
 //! newer schema, or written around validation).
 //!
-//! The watch's `Guarded` decoding (kube's `DeserializeGuard`, only cheaper) hands them to us instead of breaking the
+//! The watch's `Guarded` decoding (kube's `DeserializeGuard`, only
+//! cheaper) hands them to us instead of breaking the
 //! watch for every other object. We say what is wrong in status, once, and
 //! never block their deletion.
 
@@ -56,6 +57,7 @@ pub async fn handle(bad: &InvalidObject, ctx: &Context) -> Result<Action, Error>
             }
         }
         ctx.metrics.forget(&ns, &name);
+        super::apply::forget(ctx, &ns, &name);
         return Ok(Action::await_change());
     }
 

@@ -30,6 +30,10 @@ use serde_json::value::RawValue;
 
 use crate::core::rollout::DeploymentState;
 
+/// The annotation client-side `kubectl apply` keeps its last input in: a
+/// copy of the whole object, never read by the operator, so never kept.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 /// An object of kind `K`: its metadata (without managedFields), its spec
 /// verbatim, and its status decoded as `S` (by default skipped).
 ///
@@ -245,8 +249,22 @@ impl MetaWire {
             uid: self.uid,
         };
         let some = |raw: Option<Box<RawValue>>| raw.filter(|r| r.get() != "null");
-        (meta, some(self.labels), some(self.annotations))
+        let annotations = some(self.annotations).map(without_last_applied);
+        (meta, some(self.labels), annotations)
     }
+}
+
+/// `annotations` without the `kubectl apply` copy of the object. Only text
+/// that mentions it is parsed, so the common case costs a substring search.
+fn without_last_applied(annotations: Box<RawValue>) -> Box<RawValue> {
+    if !annotations.get().contains(LAST_APPLIED) {
+        return annotations;
+    }
+    let Ok(mut map) = serde_json::from_str::<BTreeMap<String, String>>(annotations.get()) else {
+        return annotations;
+    };
+    map.remove(LAST_APPLIED);
+    serde_json::value::to_raw_value(&map).unwrap_or(annotations)
 }
 
 #[cfg(test)]
@@ -339,6 +357,16 @@ mod tests {
                 .get("annotations")
                 .is_none()
         );
+    }
+
+    #[test]
+    fn the_kubectl_apply_copy_is_not_kept() {
+        let text = format!(
+            r#"{{"metadata": {{"name": "m", "annotations": {{"{LAST_APPLIED}": "{{\"big\": 1}}", "keep": "1"}}}}}}"#
+        );
+        let d: LeanService = serde_json::from_str(&text).unwrap();
+        assert_eq!(d.annotation(LAST_APPLIED), None);
+        assert_eq!(d.annotation("keep").as_deref(), Some("1"));
     }
 
     #[test]

@@ -7,6 +7,10 @@
 //! it, so the comparison runs once per change of the child instead of once
 //! per reconcile. Any write to the child (a hand edit, another controller)
 //! changes its resourceVersion and brings the comparison back.
+//!
+//! Entries go with their ModelService's cleanup (and with a deleted HPA).
+//! One whose finalizer was removed by hand, so that no cleanup ran, leaves up
+//! to three small entries until the operator restarts.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

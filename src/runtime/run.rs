@@ -26,7 +26,7 @@ use crate::api::ModelService;
 use crate::controller::context::synced;
 use crate::controller::events::Events;
 use crate::controller::guarded::Guarded;
-use crate::controller::lean::{LeanDeployment, LeanHpa, LeanService};
+use crate::controller::lean::{LAST_APPLIED, LeanDeployment, LeanHpa, LeanService};
 use crate::controller::{Context, ControllerConfig, Leadership, Stores, error_policy, reconcile};
 use crate::core::labels::{MANAGED_BY_LABEL, MANAGER};
 
@@ -71,10 +71,11 @@ where
     }
 }
 
-/// Drops what the operator never reads from a cached object: managedFields
-/// (often the largest part of it) and the copy of the whole object that
-/// client-side `kubectl apply` keeps in an annotation. Nothing writes a
-/// cached object back, so nothing is lost on the server.
+/// Drops what the operator never reads from a cached ModelService:
+/// managedFields (often the largest part of it) and the copy of the whole
+/// object that client-side `kubectl apply` keeps in an annotation. Nothing
+/// writes a cached object back, so nothing is lost on the server. Children
+/// are decoded without either in the first place (see `lean`).
 fn trim<K: Resource>(o: &mut K) {
     let meta = o.meta_mut();
     meta.managed_fields = None;
@@ -82,9 +83,6 @@ fn trim<K: Resource>(o: &mut K) {
         a.remove(LAST_APPLIED);
     }
 }
-
-/// The annotation client-side `kubectl apply` keeps its last input in.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// A child watch: only objects the operator labelled, trimmed, feeding `writer`.
 fn child_stream<K>(
@@ -252,7 +250,8 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
 
 #[cfg(test)]
 mod tests {
-    use super::{LAST_APPLIED, trim};
+    use super::trim;
+    use crate::controller::lean::LAST_APPLIED;
     use k8s_openapi::api::apps::v1::Deployment;
 
     #[test]
