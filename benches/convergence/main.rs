@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use backend::Backend;
 use fake_apiserver::localhost::{free_port, http_get};
-use futures::{StreamExt, stream};
+use futures::{Stream, StreamExt, stream};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use measure::{Requests, cpu_seconds, memory, per_ms, quantile, requests, since, total, writes};
@@ -133,13 +133,18 @@ async fn wait_converged(b: &Backend, n: usize, generation: i64, arg: &str) -> bo
     true
 }
 
-/// Applies all N ModelServices (with `arg`), 64 at a time, as a user would.
+/// Applies all N ModelServices (with `arg`), as a user would.
 async fn apply_all(b: &Backend, n: usize, arg: &str) {
+    creates(b, n, arg).for_each(|_| async {}).await;
+}
+
+/// Applies the N ModelServices 64 at a time, yielding each as the server
+/// stored it as soon as it is applied.
+fn creates<'a>(b: &'a Backend, n: usize, arg: &'a str) -> impl Stream<Item = ModelService> + 'a {
     stream::iter(0..n)
-        .for_each_concurrent(64, |i| async move {
-            apply_one(b, i, arg).await;
-        })
-        .await;
+        .map(move |i| apply_one(b, i, arg))
+        .buffer_unordered(64)
+        .filter_map(|ms| async move { ms })
 }
 
 /// Applies ModelService number `i`; returns it as the server stored it.

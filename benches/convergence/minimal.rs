@@ -32,7 +32,7 @@ use modelservice_operator::core::{build_children, validate};
 use serde_json::json;
 
 use crate::backend::Backend;
-use crate::{apply_one, name};
+use crate::{creates, name};
 
 /// Runs the minimal client three times each way; prints both medians and
 /// returns the one from the first create.
@@ -82,19 +82,11 @@ async fn once(
     let t;
     if timed_creates {
         t = Instant::now();
-        stream::iter(0..n)
-            .map(|i| apply_one(&b, i, "--v1"))
-            .buffer_unordered(64)
-            .filter_map(|ms| async move { ms })
+        creates(&b, n, "--v1")
             .for_each_concurrent(concurrency, writes)
             .await;
     } else {
-        let created: Vec<ModelService> = stream::iter(0..n)
-            .map(|i| apply_one(&b, i, "--v1"))
-            .buffer_unordered(64)
-            .filter_map(|ms| async move { ms })
-            .collect()
-            .await;
+        let created: Vec<ModelService> = creates(&b, n, "--v1").collect().await;
         t = Instant::now();
         stream::iter(created)
             .for_each_concurrent(concurrency, writes)

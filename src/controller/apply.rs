@@ -59,34 +59,15 @@ async fn apply_all(
     children: &Children,
     done: &mut Vec<(Outcome, String, String)>,
 ) -> Result<LeanDeployment, Error> {
-    let (deployment, o) = apply_one(ctx, &ctx.stores.deployments, &children.deployment).await?;
-    done.push((
-        o,
-        Deployment::kind(&()).into_owned(),
-        name_of(&children.deployment),
-    ));
-    let (_, o) = apply_one(ctx, &ctx.stores.services, &children.service).await?;
-    done.push((
-        o,
-        k8s_openapi::api::core::v1::Service::kind(&()).into_owned(),
-        name_of(&children.service),
-    ));
+    let deployment = apply_one(ctx, &ctx.stores.deployments, &children.deployment, done).await?;
+    apply_one(ctx, &ctx.stores.services, &children.service, done).await?;
     match &children.hpa {
         Some(hpa) => {
-            let (_, o) = apply_one(ctx, &ctx.stores.hpas, hpa).await?;
-            done.push((
-                o,
-                HorizontalPodAutoscaler::kind(&()).into_owned(),
-                name_of(hpa),
-            ));
+            apply_one(ctx, &ctx.stores.hpas, hpa, done).await?;
         }
         None => delete_stale_hpa(ctx, owner, owner_uid, &children.deployment).await?,
     }
     Ok(deployment)
-}
-
-fn name_of<K: Resource>(k: &K) -> String {
-    k.meta().name.clone().unwrap_or_default()
 }
 
 /// The Event for what one reconcile applied: reason `Created` when any child
@@ -119,14 +100,15 @@ fn summary(done: &[(Outcome, String, String)]) -> Option<(&'static str, String)>
     Some((reason, note))
 }
 
-/// Applies `desired` unless the cached copy already holds it. The cache and
-/// the apply response are both lean: only metadata, spec and (for the
-/// Deployment) status are decoded.
+/// Applies `desired` unless the cached copy already holds it, and notes
+/// what it did in `done`. The cache and the apply response are both lean:
+/// only metadata, spec and (for the Deployment) status are decoded.
 async fn apply_one<K, S>(
     ctx: &Context,
     store: &Store<Lean<K, S>>,
     desired: &K,
-) -> Result<(Lean<K, S>, Outcome), Error>
+    done: &mut Vec<(Outcome, String, String)>,
+) -> Result<Lean<K, S>, Error>
 where
     K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope> + Serialize + 'static,
     S: Clone + Debug + DeserializeOwned + 'static,
@@ -166,7 +148,8 @@ where
             what: "desired child",
             source,
         })?;
-        return Ok((desired, Outcome::Unchanged));
+        done.push((Outcome::Unchanged, kind.into_owned(), name));
+        return Ok(desired);
     }
     if let Some(cur) = &current {
         // A child stamped with another fingerprint cannot hold the desired
@@ -184,7 +167,8 @@ where
             ctx.verified
                 .remember(&key, cached_rv.as_deref(), &fingerprint);
             ctx.metrics.child_write(&kind, "unchanged");
-            return Ok((cur.as_ref().clone(), Outcome::Unchanged));
+            done.push((Outcome::Unchanged, kind.into_owned(), name));
+            return Ok(cur.as_ref().clone());
         }
     }
     let api: Api<Lean<K, S>> = Api::namespaced(ctx.client.clone(), &ns);
@@ -208,7 +192,8 @@ where
         (Outcome::Created, "create")
     };
     ctx.metrics.child_write(&kind, op);
-    Ok((applied, outcome))
+    done.push((outcome, kind.into_owned(), name));
+    Ok(applied)
 }
 
 /// Deletes the HPA named like the ModelService when autoscaling was removed,
@@ -248,9 +233,10 @@ async fn delete_stale_hpa(
             ));
         }
     }
-    let key = recent::key(&HorizontalPodAutoscaler::kind(&()), ns, name);
-    ctx.applied.forget(&key);
-    ctx.verified.forget(&key);
+    forget_child(
+        ctx,
+        &recent::key(&HorizontalPodAutoscaler::kind(&()), ns, name),
+    );
     ctx.metrics.child_write("HorizontalPodAutoscaler", "delete");
     ctx.events.publish(
         owner,
@@ -269,10 +255,14 @@ pub fn forget(ctx: &Context, namespace: &str, name: &str) {
         k8s_openapi::api::core::v1::Service::kind(&()),
         HorizontalPodAutoscaler::kind(&()),
     ] {
-        let key = recent::key(&kind, namespace, name);
-        ctx.applied.forget(&key);
-        ctx.verified.forget(&key);
+        forget_child(ctx, &recent::key(&kind, namespace, name));
     }
+}
+
+/// Forgets what we remembered of one child.
+fn forget_child(ctx: &Context, key: &str) {
+    ctx.applied.forget(key);
+    ctx.verified.forget(key);
 }
 
 #[cfg(test)]

@@ -54,7 +54,7 @@ pub async fn ensure(
     if ms.metadata.deletion_timestamp.is_some() {
         return Ok(ms);
     }
-    let key = key_of(&ms);
+    let key = recent::key_of(&ms);
     let Some(patch) = add_patch(ms.finalizers(), FINALIZER) else {
         // The cache shows it: nothing left to remember.
         ctx.finalized.forget(&key);
@@ -86,15 +86,7 @@ pub async fn ensure(
 
 /// Forgets our finalizer patch of a deleted ModelService.
 pub fn forget(ctx: &Context, ms: &ModelService) {
-    ctx.finalized.forget(&key_of(ms));
-}
-
-fn key_of(ms: &ModelService) -> String {
-    recent::key(
-        "ModelService",
-        &ms.namespace().unwrap_or_default(),
-        &ms.name_any(),
-    )
+    ctx.finalized.forget(&recent::key_of(ms));
 }
 
 #[cfg(test)]

@@ -248,9 +248,8 @@ impl MetaWire {
             self_link: self.self_link,
             uid: self.uid,
         };
-        let some = |raw: Option<Box<RawValue>>| raw.filter(|r| r.get() != "null");
-        let annotations = some(self.annotations).map(without_last_applied);
-        (meta, some(self.labels), annotations)
+        let annotations = self.annotations.map(without_last_applied);
+        (meta, self.labels, annotations)
     }
 }
 

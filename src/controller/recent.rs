@@ -39,6 +39,16 @@ pub fn key(kind: &str, namespace: &str, name: &str) -> String {
     format!("{kind}/{namespace}/{name}")
 }
 
+/// The key of `obj` itself.
+pub fn key_of<K: kube::Resource<DynamicType = ()>>(obj: &K) -> String {
+    let meta = obj.meta();
+    key(
+        &K::kind(&()),
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default(),
+    )
+}
+
 fn parse(rv: Option<&str>) -> Option<u64> {
     rv?.parse().ok()
 }
@@ -93,6 +103,18 @@ impl<T: Clone> Recent<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_object_is_keyed_by_its_kind_namespace_and_name() {
+        let ms: crate::api::ModelService = serde_json::from_value(serde_json::json!({
+            "apiVersion": "serving.modelservice.dev/v1alpha1", "kind": "ModelService",
+            "metadata": {"name": "m", "namespace": "ns"},
+            "spec": {"model": "x", "image": "i"}
+        }))
+        .unwrap();
+        assert_eq!(key_of(&ms), "ModelService/ns/m");
+        assert_eq!(key_of(&ms), key("ModelService", "ns", "m"));
+    }
 
     #[test]
     fn stands_in_until_the_cache_catches_up() {

@@ -43,7 +43,7 @@ pub async fn report(
         .await
         .map_err(|e| Error::kube(format!("writing status of {ns}/{name}"), e))?;
     ctx.written_status.record(
-        &status_key(ms),
+        &recent::key_of(ms),
         written.metadata.resource_version.as_deref(),
         new.clone(),
     );
@@ -54,25 +54,17 @@ pub async fn report(
     Ok(true)
 }
 
-fn status_key(ms: &ModelService) -> String {
-    recent::key(
-        "ModelService",
-        &ms.namespace().unwrap_or_default(),
-        &ms.name_any(),
-    )
-}
-
 /// The status as it really is now: our own last write while the cache has
 /// not caught up with it, else what the cached object says.
 pub fn effective_status(ctx: &Context, ms: &ModelService) -> Option<ModelServiceStatus> {
     ctx.written_status
-        .newer_than_cache(&status_key(ms), ms.metadata.resource_version.as_deref())
+        .newer_than_cache(&recent::key_of(ms), ms.metadata.resource_version.as_deref())
         .or_else(|| ms.status.clone())
 }
 
 /// Forgets our remembered status write of a deleted ModelService.
 pub fn forget(ctx: &Context, ms: &ModelService) {
-    ctx.written_status.forget(&status_key(ms));
+    ctx.written_status.forget(&recent::key_of(ms));
 }
 
 /// A merge patch that sets every status field, with explicit nulls for the

@@ -154,7 +154,7 @@ impl Metrics {
         self.events.with_label_values(&[result]).inc();
     }
 
-    /// Counts one API request (see `runtime::api_metrics`).
+    /// Counts one API request (see `runtime::api_requests`).
     pub fn api_request(&self, verb: &str, resource: &str, code: &str) {
         self.api_requests
             .with_label_values(&[verb, resource, code])

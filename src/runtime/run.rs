@@ -84,7 +84,8 @@ fn trim<K: Resource>(o: &mut K) {
     }
 }
 
-/// A child watch: only objects the operator labelled, trimmed, feeding `writer`.
+/// A child watch: only objects the operator labelled, feeding `writer`. The
+/// lean child types never hold what `trim` drops, so there is nothing to trim.
 fn child_stream<K>(
     api: Api<K>,
     writer: reflector::store::Writer<K>,
@@ -101,7 +102,6 @@ where
     let cfg = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGER}"));
     watcher(api, cfg)
         .default_backoff()
-        .modify(trim::<K>)
         .reflect(writer)
         .touched_objects()
 }
