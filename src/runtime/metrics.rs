@@ -29,6 +29,7 @@ pub struct Metrics {
     leader: IntGauge,
     events: IntCounterVec,
     api_requests: IntCounterVec,
+    watch_errors: IntCounterVec,
     /// (ready, reason) per namespace/name, to recompute the aggregate gauges.
     states: Mutex<HashMap<(String, String), (bool, String)>>,
 }
@@ -105,6 +106,13 @@ impl Metrics {
             ),
             &["verb", "resource", "code"],
         )?;
+        let watch_errors = IntCounterVec::new(
+            Opts::new(
+                "modelservice_watch_errors_total",
+                "Watch errors by resource and kind (list, watch_start, watch_event, watch_stream; expired = a 410 that forced a relist). A rising rate means the operator is not seeing changes.",
+            ),
+            &["resource", "kind"],
+        )?;
         // Both series exist from the start, so "0 not ready" is a reading.
         for label in ["True", "False"] {
             by_ready.with_label_values(&[label]).set(0);
@@ -112,6 +120,7 @@ impl Metrics {
         registry.register(Box::new(reconciles.clone()))?;
         registry.register(Box::new(events.clone()))?;
         registry.register(Box::new(api_requests.clone()))?;
+        registry.register(Box::new(watch_errors.clone()))?;
         registry.register(Box::new(errors.clone()))?;
         registry.register(Box::new(duration.clone()))?;
         registry.register(Box::new(ready.clone()))?;
@@ -131,6 +140,7 @@ impl Metrics {
             leader,
             events,
             api_requests,
+            watch_errors,
             states: Mutex::new(HashMap::new()),
         })
     }
@@ -155,6 +165,10 @@ impl Metrics {
     }
 
     /// Counts one API request (see `runtime::api_requests`).
+    pub fn watch_error(&self, resource: &str, kind: &str) {
+        self.watch_errors.with_label_values(&[resource, kind]).inc();
+    }
+
     pub fn api_request(&self, verb: &str, resource: &str, code: &str) {
         self.api_requests
             .with_label_values(&[verb, resource, code])

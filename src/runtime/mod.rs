@@ -11,3 +11,4 @@ pub mod render;
 pub mod run;
 pub mod shutdown;
 pub mod startup;
+pub mod watches;

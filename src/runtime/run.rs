@@ -6,15 +6,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use kube::runtime::controller::Config as ControllerRuntimeConfig;
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector;
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
-use serde::de::DeserializeOwned;
 use tokio::sync::Mutex;
-use tracing::{debug, info};
+use tracing::{info, warn};
 
 use super::api_requests::CountRequests;
 use super::http::{self, Readiness};
@@ -22,13 +21,14 @@ use super::leader::{self, ElectionConfig};
 use super::metrics::Metrics;
 use super::shutdown::Shutdown;
 use super::startup::{self, StartupError};
+use super::watches;
 use crate::api::ModelService;
 use crate::controller::context::synced;
 use crate::controller::events::Events;
 use crate::controller::guarded::Guarded;
 use crate::controller::lean::{LAST_APPLIED, LeanDeployment, LeanHpa, LeanService};
 use crate::controller::{Context, ControllerConfig, Leadership, Stores, error_policy, reconcile};
-use crate::core::labels::{MANAGED_BY_LABEL, MANAGER};
+use crate::core::labels::MANAGER;
 
 /// Settings of `run`, already parsed.
 #[derive(Clone, Debug)]
@@ -84,28 +84,6 @@ fn trim<K: Resource>(o: &mut K) {
     }
 }
 
-/// A child watch: only objects the operator labelled, feeding `writer`. The
-/// lean child types never hold what `trim` drops, so there is nothing to trim.
-fn child_stream<K>(
-    api: Api<K>,
-    writer: reflector::store::Writer<K>,
-) -> impl Stream<Item = Result<K, watcher::Error>> + Send
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let cfg = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGER}"));
-    watcher(api, cfg)
-        .default_backoff()
-        .reflect(writer)
-        .touched_objects()
-}
-
 /// Runs until shutdown (Ok) or a fatal problem (Err), with a client built
 /// from `config` whose every request is counted in the metrics.
 pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Result<(), RunError> {
@@ -153,13 +131,13 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
     let (svc_store, svc_writer) = reflector::store::<LeanService>();
     let (hpa_store, hpa_writer) = reflector::store::<LeanHpa>();
     let (ms_store, ms_writer) = reflector::store::<Guarded<ModelService>>();
-    let ms_stream = watcher(
+    let ms_stream = watches::watch(
         api::<Guarded<ModelService>>(&client, ns),
         watcher::Config::default(),
+        ms_writer,
+        metrics.clone(),
+        trim::<Guarded<ModelService>>,
     )
-    .default_backoff()
-    .modify(trim::<Guarded<ModelService>>)
-    .reflect(ms_writer)
     .applied_objects();
 
     let stores = Stores {
@@ -208,16 +186,37 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
     .filter_map(|lead| async move { lead.then_some(()) });
 
     let controller = Controller::for_stream(ms_stream, ms_store)
-        .owns_stream(child_stream(api::<LeanDeployment>(&client, ns), dep_writer))
-        .owns_stream(child_stream(api::<LeanService>(&client, ns), svc_writer))
-        .owns_stream(child_stream(api::<LeanHpa>(&client, ns), hpa_writer))
+        .owns_stream(watches::child_watch(
+            api::<LeanDeployment>(&client, ns),
+            dep_writer,
+            metrics.clone(),
+        ))
+        .owns_stream(watches::child_watch(
+            api::<LeanService>(&client, ns),
+            svc_writer,
+            metrics.clone(),
+        ))
+        .owns_stream(watches::child_watch(
+            api::<LeanHpa>(&client, ns),
+            hpa_writer,
+            metrics.clone(),
+        ))
+        .trigger_backoff(watches::NoTriggerBackoff)
         .with_config(ControllerRuntimeConfig::default().concurrency(cfg.controller.concurrency))
         .reconcile_all_on(leader_trigger)
         .graceful_shutdown_on(shutdown.clone().wait())
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|res| async move {
-            if let Err(e) = res {
-                debug!(error = %e, "controller event");
+            match res {
+                // Watch errors are logged where they happen, with their
+                // resource (see `watches`); reconcile errors in `reconcile`.
+                Err(
+                    kube::runtime::controller::Error::QueueError(_)
+                    | kube::runtime::controller::Error::ReconcilerFailed(..)
+                    | kube::runtime::controller::Error::ObjectNotFound(_),
+                ) => {}
+                Err(e) => warn!(error = %e, "controller failure"),
+                Ok(_) => {}
             }
         });
 
