@@ -9,7 +9,6 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::Store;
 use kube::{Api, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -18,7 +17,7 @@ use std::fmt::Debug;
 use super::error::is_not_found;
 use super::lean::{Lean, LeanDeployment};
 use super::observe::cached;
-use super::{Context, Error, recent};
+use super::{Cache, Context, Error, recent};
 use crate::core::Children;
 use crate::core::fingerprint::{ANNOTATION, stamp};
 use crate::core::labels::MANAGER;
@@ -105,7 +104,7 @@ fn summary(done: &[(Outcome, String, String)]) -> Option<(&'static str, String)>
 /// only metadata, spec and (for the Deployment) status are decoded.
 async fn apply_one<K, S>(
     ctx: &Context,
-    store: &Store<Lean<K, S>>,
+    cache: &Cache<Lean<K, S>>,
     desired: &K,
     done: &mut Vec<(Outcome, String, String)>,
 ) -> Result<Lean<K, S>, Error>
@@ -120,7 +119,7 @@ where
     ) else {
         return Err(Error::MissingField("child name or namespace"));
     };
-    let current = cached(store, &ns, &name);
+    let current = cached(&cache.store, &ns, &name);
     let mut desired_json = serde_json::to_value(desired).map_err(|source| Error::Serialize {
         what: "child",
         source,
@@ -136,7 +135,7 @@ where
         .and_then(|c| c.meta().resource_version.clone());
     if ctx
         .applied
-        .newer_than_cache(&key, cached_rv.as_deref())
+        .newer_than_cache(&key, cached_rv.as_deref(), &cache.fresh)
         .as_deref()
         == Some(fingerprint.as_str())
     {
@@ -210,7 +209,7 @@ async fn delete_stale_hpa(
     ) else {
         return Err(Error::MissingField("child name or namespace"));
     };
-    let Some(hpa) = cached(&ctx.stores.hpas, ns, name) else {
+    let Some(hpa) = cached(&ctx.stores.hpas.store, ns, name) else {
         return Ok(());
     };
     let ours = hpa

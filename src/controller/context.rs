@@ -10,6 +10,7 @@ use kube::Client;
 use kube::runtime::reflector::Store;
 use tokio::sync::Mutex;
 
+use super::freshness::Freshness;
 use super::lean::{LeanDeployment, LeanHpa, LeanService};
 use crate::runtime::metrics::Metrics;
 
@@ -35,13 +36,50 @@ impl Default for ControllerConfig {
     }
 }
 
+/// One reflector cache and how far its watch has got (see `freshness`).
+pub struct Cache<K: kube::runtime::reflector::Lookup + Clone + 'static>
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    pub store: Store<K>,
+    pub fresh: Arc<Freshness>,
+}
+
+impl<K> Clone for Cache<K>
+where
+    K: kube::runtime::reflector::Lookup + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            fresh: self.fresh.clone(),
+        }
+    }
+}
+
+impl<K> Cache<K>
+where
+    K: kube::runtime::reflector::Lookup + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    pub fn new(store: Store<K>) -> Self {
+        Self {
+            store,
+            fresh: Arc::default(),
+        }
+    }
+}
+
 /// Reflector caches of the children, labelled by the operator: observe reads
 /// them instead of the API server. They hold lean objects (see `lean`).
 #[derive(Clone)]
 pub struct Stores {
-    pub deployments: Store<LeanDeployment>,
-    pub services: Store<LeanService>,
-    pub hpas: Store<LeanHpa>,
+    pub deployments: Cache<LeanDeployment>,
+    pub services: Cache<LeanService>,
+    pub hpas: Cache<LeanHpa>,
+    /// How far the ModelService watch has got.
+    pub modelservices: Arc<Freshness>,
 }
 
 impl Stores {
@@ -49,7 +87,9 @@ impl Stores {
     /// reconcile never mistakes "not cached yet" for "missing". True once
     /// synced; false if a reflector stopped.
     pub async fn wait_ready(&self) -> bool {
-        synced(&self.deployments).await && synced(&self.services).await && synced(&self.hpas).await
+        synced(&self.deployments.store).await
+            && synced(&self.services.store).await
+            && synced(&self.hpas.store).await
     }
 }
 

@@ -61,7 +61,11 @@ pub async fn ensure(
         return Ok(ms);
     };
     let cached_rv = ms.metadata.resource_version.as_deref();
-    if ctx.finalized.newer_than_cache(&key, cached_rv).is_some() {
+    if ctx
+        .finalized
+        .newer_than_cache(&key, cached_rv, &ctx.stores.modelservices)
+        .is_some()
+    {
         // The server has it; the cached copy is just older than our patch.
         ms.finalizers_mut().push(FINALIZER.to_string());
         return Ok(ms);

@@ -9,6 +9,7 @@ pub mod context;
 pub mod error;
 pub mod events;
 pub mod finalizer;
+pub mod freshness;
 pub mod guarded;
 pub mod invalid;
 pub mod lean;
@@ -18,6 +19,6 @@ pub mod reconcile;
 pub mod report;
 pub mod verified;
 
-pub use context::{Context, ControllerConfig, Leadership, Stores};
+pub use context::{Cache, Context, ControllerConfig, Leadership, Stores};
 pub use error::Error;
 pub use reconcile::{FINALIZER, error_policy, reconcile};

@@ -9,14 +9,22 @@
 //! in steady state. resourceVersions are compared as numbers, which is what
 //! every API server in practice hands out; one that is not a number simply
 //! disables the shortcut (a repeated write, never a missed one).
+//!
+//! "Caught up" is decided by the cache's [`Freshness`], not by the object
+//! alone: an object missing from a cache that has seen events past our
+//! write was deleted, and the memo must not stand in for it.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Instant;
+
+use super::freshness::{Freshness, parse};
 
 /// What we last wrote to one object.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Written<T> {
     pub resource_version: u64,
+    pub at: Instant,
     pub value: T,
 }
 
@@ -49,33 +57,37 @@ pub fn key_of<K: kube::Resource<DynamicType = ()>>(obj: &K) -> String {
     )
 }
 
-fn parse(rv: Option<&str>) -> Option<u64> {
-    rv?.parse().ok()
-}
-
 impl<T: Clone> Recent<T> {
     /// Remembers a write that produced `resource_version`.
     pub fn record(&self, key: &str, resource_version: Option<&str>, value: T) {
-        if let (Some(rv), Ok(mut m)) = (parse(resource_version), self.map.lock()) {
+        if let (Some(rv), Ok(mut m)) = (resource_version.and_then(parse), self.map.lock()) {
             m.insert(
                 key.to_string(),
                 Written {
                     resource_version: rv,
+                    at: Instant::now(),
                     value,
                 },
             );
         }
     }
 
-    /// Our write, if the cache (at `cached_rv`, `None` when the object is not
-    /// cached) has not seen it yet; forgets it once the cache has.
-    pub fn newer_than_cache(&self, key: &str, cached_rv: Option<&str>) -> Option<T> {
+    /// Our write, if the cache (whose progress is `fresh`, holding the
+    /// object at `cached_rv`, `None` when it does not hold it) has not seen
+    /// it yet; forgets it once the cache has.
+    pub fn newer_than_cache(
+        &self,
+        key: &str,
+        cached_rv: Option<&str>,
+        fresh: &Freshness,
+    ) -> Option<T> {
         let mut m = self.map.lock().ok()?;
         let w = m.get(key)?;
-        let behind = match cached_rv {
+        let object_behind = match cached_rv {
             None => true,
-            Some(rv) => parse(Some(rv)).is_some_and(|c| c < w.resource_version),
+            Some(rv) => parse(rv).is_some_and(|c| c < w.resource_version),
         };
+        let behind = object_behind && !fresh.covers(w.resource_version, w.at);
         if behind {
             Some(w.value.clone())
         } else {
@@ -119,20 +131,39 @@ mod tests {
     #[test]
     fn stands_in_until_the_cache_catches_up() {
         let r: Recent<&str> = Recent::default();
+        let fresh = Freshness::default();
         r.record("k", Some("10"), "ours");
-        assert_eq!(r.newer_than_cache("k", Some("9")), Some("ours"));
-        assert_eq!(r.newer_than_cache("k", None), Some("ours"));
-        assert_eq!(r.newer_than_cache("k", Some("10")), None);
+        assert_eq!(r.newer_than_cache("k", Some("9"), &fresh), Some("ours"));
+        assert_eq!(r.newer_than_cache("k", None, &fresh), Some("ours"));
+        assert_eq!(r.newer_than_cache("k", Some("10"), &fresh), None);
         assert!(r.is_empty(), "forgotten once the cache has it");
-        assert_eq!(r.newer_than_cache("k", Some("9")), None);
+        assert_eq!(r.newer_than_cache("k", Some("9"), &fresh), None);
+    }
+
+    /// The bug: created, then deleted before the cache showed it, the child
+    /// was taken as present forever and never recreated.
+    #[test]
+    fn a_deletion_the_watch_delivered_ends_the_stand_in() {
+        use k8s_openapi::api::apps::v1::Deployment;
+        use kube::runtime::watcher::Event;
+        let r: Recent<&str> = Recent::default();
+        let fresh = Freshness::default();
+        r.record("Deployment/ns/m", Some("10"), "ours");
+        let mut gone = Deployment::default();
+        gone.metadata.resource_version = Some("11".into());
+        fresh.observe(&Event::Apply(gone.clone()));
+        fresh.observe(&Event::Delete(gone));
+        assert_eq!(r.newer_than_cache("Deployment/ns/m", None, &fresh), None);
+        assert!(r.is_empty());
     }
 
     #[test]
     fn opaque_resource_versions_disable_the_shortcut() {
         let r: Recent<&str> = Recent::default();
+        let fresh = Freshness::default();
         r.record("k", Some("abc"), "ours");
-        assert_eq!(r.newer_than_cache("k", Some("1")), None);
+        assert_eq!(r.newer_than_cache("k", Some("1"), &fresh), None);
         r.record("k", Some("5"), "ours");
-        assert_eq!(r.newer_than_cache("k", Some("xyz")), None);
+        assert_eq!(r.newer_than_cache("k", Some("xyz"), &fresh), None);
     }
 }

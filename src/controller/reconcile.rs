@@ -113,7 +113,7 @@ async fn apply_spec(ms: &ModelService, ctx: &Context) -> Result<Action, Error> {
     let (deployment, blocked, failure) = match validate(ms, &ns) {
         Err(invalid) => {
             info!(problem = %invalid, "spec is invalid; children left as they are");
-            let dep = cached(&ctx.stores.deployments, &ns, &name).map(|d| d.as_ref().clone());
+            let dep = cached(&ctx.stores.deployments.store, &ns, &name).map(|d| d.as_ref().clone());
             let p = Problem {
                 reason: reasons::INVALID_SPEC,
                 message: invalid.to_string(),
@@ -126,8 +126,8 @@ async fn apply_spec(ms: &ModelService, ctx: &Context) -> Result<Action, Error> {
             match apply::apply_children(ctx, &reference, &uid, &children).await {
                 Ok(dep) => (Some(dep), None, None),
                 Err(e) if e.is_permanent() => {
-                    let dep =
-                        cached(&ctx.stores.deployments, &ns, &name).map(|d| d.as_ref().clone());
+                    let dep = cached(&ctx.stores.deployments.store, &ns, &name)
+                        .map(|d| d.as_ref().clone());
                     let p = Problem {
                         reason: reasons::RECONCILE_FAILED,
                         message: e.to_string(),

@@ -58,7 +58,11 @@ pub async fn report(
 /// not caught up with it, else what the cached object says.
 pub fn effective_status(ctx: &Context, ms: &ModelService) -> Option<ModelServiceStatus> {
     ctx.written_status
-        .newer_than_cache(&recent::key_of(ms), ms.metadata.resource_version.as_deref())
+        .newer_than_cache(
+            &recent::key_of(ms),
+            ms.metadata.resource_version.as_deref(),
+            &ctx.stores.modelservices,
+        )
         .or_else(|| ms.status.clone())
 }
 

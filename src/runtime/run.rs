@@ -27,7 +27,9 @@ use crate::controller::context::synced;
 use crate::controller::events::Events;
 use crate::controller::guarded::Guarded;
 use crate::controller::lean::{LAST_APPLIED, LeanDeployment, LeanHpa, LeanService};
-use crate::controller::{Context, ControllerConfig, Leadership, Stores, error_policy, reconcile};
+use crate::controller::{
+    Cache, Context, ControllerConfig, Leadership, Stores, error_policy, reconcile,
+};
 use crate::core::labels::MANAGER;
 
 /// Settings of `run`, already parsed.
@@ -131,20 +133,21 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
     let (svc_store, svc_writer) = reflector::store::<LeanService>();
     let (hpa_store, hpa_writer) = reflector::store::<LeanHpa>();
     let (ms_store, ms_writer) = reflector::store::<Guarded<ModelService>>();
+    let stores = Stores {
+        deployments: Cache::new(dep_store),
+        services: Cache::new(svc_store),
+        hpas: Cache::new(hpa_store),
+        modelservices: Default::default(),
+    };
     let ms_stream = watches::watch(
         api::<Guarded<ModelService>>(&client, ns),
         watcher::Config::default(),
         ms_writer,
+        stores.modelservices.clone(),
         metrics.clone(),
         trim::<Guarded<ModelService>>,
     )
     .applied_objects();
-
-    let stores = Stores {
-        deployments: dep_store.clone(),
-        services: svc_store.clone(),
-        hpas: hpa_store.clone(),
-    };
     {
         let (main, children) = (ms_store.clone(), stores.clone());
         tokio::spawn(async move {
@@ -189,16 +192,19 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
         .owns_stream(watches::child_watch(
             api::<LeanDeployment>(&client, ns),
             dep_writer,
+            ctx.stores.deployments.fresh.clone(),
             metrics.clone(),
         ))
         .owns_stream(watches::child_watch(
             api::<LeanService>(&client, ns),
             svc_writer,
+            ctx.stores.services.fresh.clone(),
             metrics.clone(),
         ))
         .owns_stream(watches::child_watch(
             api::<LeanHpa>(&client, ns),
             hpa_writer,
+            ctx.stores.hpas.fresh.clone(),
             metrics.clone(),
         ))
         .trigger_backoff(watches::NoTriggerBackoff)

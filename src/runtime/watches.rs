@@ -33,6 +33,7 @@ use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
 use super::metrics::Metrics;
+use crate::controller::freshness::Freshness;
 use crate::core::labels::{MANAGED_BY_LABEL, MANAGER};
 
 /// First retry after a watch error, before jitter.
@@ -120,11 +121,13 @@ fn error_kind(e: &watcher::Error) -> &'static str {
 }
 
 /// A watch of `api` with `config`, reported, backed off, trimmed by `modify`
-/// and reflected into `writer`.
+/// and reflected into `writer`, whose progress it notes in `fresh` once the
+/// cache holds each event.
 pub fn watch<K>(
     api: Api<K>,
     config: watcher::Config,
     writer: reflector::store::Writer<K>,
+    fresh: Arc<Freshness>,
     metrics: Arc<Metrics>,
     modify: impl FnMut(&mut K) + Send + 'static,
 ) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send
@@ -142,12 +145,18 @@ where
         .backoff(watch_backoff())
         .modify(modify)
         .reflect(writer)
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                fresh.observe(event);
+            }
+        })
 }
 
 /// A child watch: only the objects the operator labelled.
 pub fn child_watch<K>(
     api: Api<K>,
     writer: reflector::store::Writer<K>,
+    fresh: Arc<Freshness>,
     metrics: Arc<Metrics>,
 ) -> impl Stream<Item = Result<K, watcher::Error>> + Send
 where
@@ -160,7 +169,7 @@ where
         + 'static,
 {
     let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGER}"));
-    watch(api, config, writer, metrics, |_| {}).touched_objects()
+    watch(api, config, writer, fresh, metrics, |_| {}).touched_objects()
 }
 
 /// The plural of `K` as a `'static` label. Called once per watched kind at

@@ -56,3 +56,66 @@ async fn a_hand_edit_of_an_owned_field_is_reverted_and_other_fields_survive() {
     );
     env.finish().await;
 }
+
+/// A child deleted before the operator's cache showed it must come back.
+/// Before the fix the memo of our own write took "not in the cache" for "the
+/// cache is behind", and about 1 in 40 such children stayed away for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_deleted_the_moment_they_appear_are_recreated() {
+    use futures::StreamExt;
+    use kube::ResourceExt;
+    use kube::runtime::watcher;
+    use std::collections::{HashMap, HashSet};
+
+    const N: usize = 40;
+    let env = Env::new().await;
+    let op = env.operator().start();
+    op.ready().await;
+    let api = env.api::<Deployment>();
+    // The first Deployment of every name is deleted as soon as it is seen.
+    let deleter = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            let mut deleted: HashMap<String, String> = HashMap::new();
+            let mut events = std::pin::pin!(watcher(api.clone(), watcher::Config::default()));
+            while let Some(ev) = events.next().await {
+                let Ok(watcher::Event::Apply(d) | watcher::Event::InitApply(d)) = ev else {
+                    continue;
+                };
+                let (name, uid) = (d.name_any(), d.uid().unwrap_or_default());
+                if !deleted.contains_key(&name) {
+                    let _ = api.delete(&name, &Default::default()).await;
+                    deleted.insert(name, uid);
+                    if deleted.len() == N {
+                        return deleted;
+                    }
+                }
+            }
+            deleted
+        })
+    };
+    let names: Vec<String> = (0..N).map(|i| format!("early-{i}")).collect();
+    futures::future::join_all(names.iter().map(|n| env.apply_ms(n, cpu_spec()))).await;
+    let deleted = tokio::time::timeout(CONVERGE, deleter)
+        .await
+        .expect("every first Deployment seen and deleted")
+        .expect("the deleting task");
+    wait_for(
+        "every deleted Deployment to be recreated",
+        CONVERGE,
+        || async {
+            let now: HashSet<String> = api
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .iter()
+                .filter(|d| deleted.get(&d.name_any()) != d.uid().as_ref())
+                .map(|d| d.name_any())
+                .collect();
+            names.iter().all(|n| now.contains(n)).then_some(())
+        },
+    )
+    .await;
+    env.finish().await;
+}

@@ -300,3 +300,56 @@ impl Drop for Operator {
 }
 
 pub use fake_apiserver::localhost::{free_port, http_get};
+
+/// An outage the API server recovers from by itself.
+#[derive(Clone, Copy, Debug)]
+pub enum Outage {
+    /// kube-apiserver killed and started again (`restart --kill kube-apiserver`).
+    ApiServer,
+    /// etcd stopped and started again under a running apiserver.
+    Etcd,
+}
+
+impl Env {
+    /// Causes `outage` and returns once the API server answers again; false
+    /// (after saying why) where this back end cannot cause it. On a real
+    /// cluster it needs `../shared/k8s` (the control plane that `up` made,
+    /// found through `REALK8S_DIR`), so kind or a remote cluster skip it.
+    pub async fn outage(&self, outage: Outage, test: &str) -> bool {
+        match (&self.fake, outage) {
+            (Some(fake), Outage::ApiServer) => {
+                fake.restarted().await;
+                true
+            }
+            (Some(_), Outage::Etcd) => {
+                eprintln!("SKIPPED {test}: the fake API server has no etcd");
+                false
+            }
+            (None, _) => {
+                let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/k8s/restart");
+                if std::env::var_os("REALK8S_DIR").is_none() || !script.exists() {
+                    eprintln!(
+                        "SKIPPED {test}: restarting the control plane needs ../shared/k8s (REALK8S_DIR)"
+                    );
+                    return false;
+                }
+                let component = match outage {
+                    Outage::ApiServer => "kube-apiserver",
+                    Outage::Etcd => "etcd",
+                };
+                let out = tokio::task::spawn_blocking(move || {
+                    Command::new(&script).arg("--kill").arg(component).output()
+                })
+                .await
+                .expect("the restart task")
+                .expect("run ../shared/k8s/restart");
+                assert!(
+                    out.status.success(),
+                    "restart {component} failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                true
+            }
+        }
+    }
+}

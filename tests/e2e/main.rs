@@ -3,6 +3,7 @@
 
 mod harness;
 mod observe;
+mod outage;
 
 mod autoscaling;
 mod deletion;

@@ -34,3 +34,26 @@ impl PauseGate {
         let _ = rx.wait_for(|paused| !*paused).await;
     }
 }
+
+/// A window in which requests over TCP fail as they do while a real API
+/// server restarts: the process is gone, so nothing is served and the
+/// connection is closed. The in-process client (the test's own, the
+/// simulator's) is not affected: it stands for the test's view, which waits
+/// the restart out.
+#[derive(Default)]
+pub(crate) struct Outage {
+    until: std::sync::Mutex<Option<tokio::time::Instant>>,
+}
+
+impl Outage {
+    pub fn start(&self, lasting: std::time::Duration) {
+        let until = tokio::time::Instant::now() + lasting;
+        *self.until.lock().unwrap_or_else(|e| e.into_inner()) = Some(until);
+    }
+
+    /// Whether the server is down now.
+    pub fn is_down(&self) -> bool {
+        let until = *self.until.lock().unwrap_or_else(|e| e.into_inner());
+        until.is_some_and(|u| tokio::time::Instant::now() < u)
+    }
+}

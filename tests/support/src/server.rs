@@ -14,6 +14,10 @@ use crate::resources::{ResKey, ResourceInfo, default_resources};
 use crate::shared::Shared;
 use crate::store::{ChangeEvent, Store};
 
+/// How long a restart turns clients away: a real kube-apiserver is back
+/// about 3 s after it is killed.
+pub const RESTART_OUTAGE: Duration = Duration::from_secs(3);
+
 /// Namespaces a fresh cluster has.
 const INITIAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
 
@@ -208,13 +212,29 @@ impl FakeApiServer {
         self.shared().gate.resume();
     }
 
-    /// Like an API server restart: all watches end and the event history is
-    /// compacted, so watches from an older resourceVersion get 410 Gone and
-    /// clients must relist. Stored objects survive (etcd does).
+    /// Like an API server restart, as `../shared/k8s/restart kube-apiserver`
+    /// does it to a real one: all watches end, clients over TCP are turned
+    /// away for [`RESTART_OUTAGE`], and the event history is compacted (a
+    /// restarted server's watch cache starts at the current
+    /// resourceVersion), so a re-watch from an older one gets 410 Gone and
+    /// must relist. Stored objects survive (etcd does). Returns at once;
+    /// [`Self::restarted`] waits the outage out.
     pub fn restart(&self) {
-        let mut store = self.shared().lock();
-        store.compact_all();
-        store.drop_watches();
+        {
+            let mut store = self.shared().lock();
+            store.compact_all();
+            store.drop_watches();
+        }
+        self.shared().outage.start(RESTART_OUTAGE);
+    }
+
+    /// Restarts and returns once the server answers again, as the real
+    /// `restart` script does.
+    pub async fn restarted(&self) {
+        self.restart();
+        while self.shared().outage.is_down() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Registers (or replaces) a resource type, e.g. installs a CRD.

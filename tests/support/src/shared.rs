@@ -17,6 +17,7 @@ pub(crate) struct Shared {
     pub tcp_counter: Counter,
     pub faults: Faults,
     pub gate: PauseGate,
+    pub outage: crate::pause::Outage,
     pub gc_wake: Arc<Notify>,
     /// How often watches that asked for bookmarks get one.
     pub bookmark_interval: Duration,
@@ -32,6 +33,7 @@ impl Shared {
             tcp_counter: Counter::default(),
             faults: Faults::default(),
             gate: PauseGate::default(),
+            outage: Default::default(),
             gc_wake,
             bookmark_interval,
             shutdown: watch::Sender::new(false),

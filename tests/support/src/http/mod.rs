@@ -130,6 +130,23 @@ fn render(code: StatusCode, obj: &Value, want_partial: bool) -> Response {
     }
 }
 
+/// What a client sees of a restarting server. A real one refuses the
+/// connection; axum cannot refuse an accepted one, so this closes it
+/// without an answer the client can use: a 503 with `Connection: close`,
+/// which kube's client reports as an error, as it does a refused connection.
+fn restarting() -> Response {
+    let mut resp = (
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        "the API server is restarting",
+    )
+        .into_response();
+    resp.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    resp
+}
+
 async fn handle(
     State(shared): State<Arc<Shared>>,
     tcp: Option<axum::Extension<OverTcp>>,
@@ -138,6 +155,9 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    if tcp.is_some() && shared.outage.is_down() {
+        return restarting();
+    }
     let path = uri.path();
     let infos: Vec<ResourceInfo> = if Target::parse(path).is_none() {
         shared
