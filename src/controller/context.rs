@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use kube::Client;
 use kube::runtime::reflector::Store;
-use tokio::sync::Mutex;
 
 use super::freshness::Freshness;
 use super::lean::{LeanDeployment, LeanHpa, LeanService};
@@ -138,7 +137,7 @@ pub struct Context {
     pub leadership: Leadership,
     /// Unreadable objects already reported, by namespace/name, with what was
     /// reported: so one bad object costs one status write, not one per resync.
-    pub reported_invalid: Mutex<HashMap<String, String>>,
+    pub reported_invalid: std::sync::Mutex<HashMap<String, String>>,
     /// Fingerprints of children we applied, until the caches show them.
     pub applied: super::recent::Recent<String>,
     /// Children known to hold what we apply, by resourceVersion.
@@ -148,5 +147,29 @@ pub struct Context {
     /// Statuses we wrote, until the ModelService cache shows them.
     pub written_status: super::recent::Recent<crate::api::ModelServiceStatus>,
     /// Consecutive failures by namespace/name, for the error backoff.
-    pub failures: std::sync::Mutex<HashMap<String, u32>>,
+    pub failures: super::backoff::Failures,
+}
+
+/// The key of the per-object tables below: `namespace/name`.
+pub fn object_key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+impl Context {
+    /// A reconcile of `namespace/name` succeeded: its error backoff starts
+    /// again from the shortest delay. `readable`: it was a ModelService, so a
+    /// report that it was unreadable no longer stands (an unreadable one
+    /// keeps it, so that it is reported once, not at every resync).
+    pub fn succeeded(&self, namespace: &str, name: &str, readable: bool) {
+        self.failures.forget(namespace, name);
+        if readable && let Ok(mut m) = self.reported_invalid.lock() {
+            m.remove(&object_key(namespace, name));
+        }
+    }
+
+    /// The ModelService is gone (its watch delivered the deletion): nothing
+    /// kept per object may outlive it, whether or not a cleanup ran.
+    pub fn forget_object(&self, namespace: &str, name: &str) {
+        self.succeeded(namespace, name, true);
+    }
 }

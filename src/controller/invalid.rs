@@ -60,9 +60,13 @@ pub async fn handle(bad: &InvalidObject, ctx: &Context) -> Result<Action, Error>
         return Ok(Action::await_change());
     }
 
-    let key = format!("{ns}/{name}");
+    let key = super::context::object_key(&ns, &name);
     let marker = format!("{}:{}", meta.generation.unwrap_or(0), bad.error);
-    if ctx.reported_invalid.lock().await.get(&key) == Some(&marker) {
+    let reported = ctx
+        .reported_invalid
+        .lock()
+        .is_ok_and(|m| m.get(&key) == Some(&marker));
+    if reported {
         return Ok(Action::await_change());
     }
     warn!(namespace = %ns, name = %name, error = %bad.error, "ModelService cannot be read");
@@ -86,6 +90,8 @@ pub async fn handle(bad: &InvalidObject, ctx: &Context) -> Result<Action, Error>
         Err(e) if is_not_found(&e) => return Ok(Action::await_change()),
         Err(e) => return Err(Error::kube(format!("writing status of {ns}/{name}"), e)),
     }
-    ctx.reported_invalid.lock().await.insert(key, marker);
+    if let Ok(mut m) = ctx.reported_invalid.lock() {
+        m.insert(key, marker);
+    }
     Ok(Action::await_change())
 }

@@ -5,6 +5,7 @@
 //! whose permanence decides between a status condition and a quiet retry.
 
 pub mod apply;
+pub mod backoff;
 pub mod context;
 pub mod error;
 pub mod events;

@@ -42,6 +42,13 @@ pub async fn reconcile(
     };
     ctx.metrics
         .reconciled(started.elapsed(), result.as_ref().err());
+    if result.is_ok() {
+        ctx.succeeded(
+            &obj.namespace().unwrap_or_default(),
+            &obj.name_any(),
+            obj.0.is_ok(),
+        );
+    }
     if let (Err(e), Ok(ms)) = (&result, &obj.0) {
         warn!(error = %e, kind = e.kind(), "reconcile failed");
         ctx.events.publish(
@@ -59,25 +66,10 @@ pub async fn reconcile(
 /// retries, and a permanent problem is already in status, so there is no need
 /// to retry fast.
 pub fn error_policy(obj: Arc<Guarded<ModelService>>, err: &Error, ctx: Arc<Context>) -> Action {
-    let key = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
-    let failures = match ctx.failures.lock() {
-        Ok(mut m) => {
-            let n = m.entry(key).or_insert(0);
-            *n = n.saturating_add(1);
-            *n
-        }
-        Err(_) => 1,
-    };
-    Action::requeue(backoff(failures, err.is_permanent()))
-}
-
-/// Exponential backoff per object: 100 ms, 200 ms, 400 ms ... up to 5
-/// minutes for transient errors (a conflict usually clears at once); a
-/// permanent one (already reported in status) starts at 30 s.
-pub fn backoff(failures: u32, permanent: bool) -> std::time::Duration {
-    let base_ms: u64 = if permanent { 30_000 } else { 100 };
-    let ms = base_ms.saturating_mul(1u64 << failures.saturating_sub(1).min(20));
-    std::time::Duration::from_millis(ms.min(300_000))
+    let failures = ctx
+        .failures
+        .failed(&obj.namespace().unwrap_or_default(), &obj.name_any());
+    Action::requeue(super::backoff::delay(failures, err.is_permanent()))
 }
 
 async fn reconcile_valid(ms: ModelService, ctx: &Context) -> Result<Action, Error> {
@@ -202,20 +194,4 @@ async fn cleanup(ms: &ModelService, ctx: &Context) -> Result<Action, Error> {
             .into(),
     );
     Ok(Action::await_change())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::backoff;
-    use std::time::Duration;
-
-    #[test]
-    fn backoff_grows_and_is_capped() {
-        assert_eq!(backoff(1, false), Duration::from_millis(100));
-        assert_eq!(backoff(2, false), Duration::from_millis(200));
-        assert_eq!(backoff(4, false), Duration::from_millis(800));
-        assert_eq!(backoff(40, false), Duration::from_secs(300));
-        assert_eq!(backoff(1, true), Duration::from_secs(30));
-        assert_eq!(backoff(10, true), Duration::from_secs(300));
-    }
 }

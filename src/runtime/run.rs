@@ -1,7 +1,6 @@
 //! `modelservice-operator run`: wires the Controller, its watches, leader
 //! election, the admin server and shutdown together.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,8 +10,7 @@ use kube::runtime::controller::Config as ControllerRuntimeConfig;
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector;
 use kube::runtime::{Controller, WatchStreamExt, watcher};
-use kube::{Api, Client, Resource};
-use tokio::sync::Mutex;
+use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::api_requests::CountRequests;
@@ -86,6 +84,18 @@ fn trim<K: Resource>(o: &mut K) {
     }
 }
 
+/// What the ModelService watch does with a deletion: forget the object's
+/// per-object memory (see `Context::forget_object`).
+fn forget_deleted(
+    ctx: Arc<Context>,
+) -> impl FnMut(&Result<watcher::Event<Guarded<ModelService>>, watcher::Error>) {
+    move |event| {
+        if let Ok(watcher::Event::Delete(ms)) = event {
+            ctx.forget_object(&ms.namespace().unwrap_or_default(), &ms.name_any());
+        }
+    }
+}
+
 /// Runs until shutdown (Ok) or a fatal problem (Err), with a client built
 /// from `config` whose every request is counted in the metrics.
 pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Result<(), RunError> {
@@ -139,15 +149,6 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
         hpas: Cache::new(hpa_store),
         modelservices: Default::default(),
     };
-    let ms_stream = watches::watch(
-        api::<Guarded<ModelService>>(&client, ns),
-        watcher::Config::default(),
-        ms_writer,
-        stores.modelservices.clone(),
-        metrics.clone(),
-        trim::<Guarded<ModelService>>,
-    )
-    .applied_objects();
     {
         let (main, children) = (ms_store.clone(), stores.clone());
         tokio::spawn(async move {
@@ -171,13 +172,24 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
         metrics: metrics.clone(),
         events,
         leadership,
-        reported_invalid: Mutex::new(HashMap::new()),
-        failures: std::sync::Mutex::new(HashMap::new()),
+        reported_invalid: Default::default(),
+        failures: Default::default(),
         applied: Default::default(),
         verified: Default::default(),
         finalized: Default::default(),
         written_status: Default::default(),
     });
+
+    let ms_stream = watches::watch(
+        api::<Guarded<ModelService>>(&client, ns),
+        watcher::Config::default(),
+        ms_writer,
+        ctx.stores.modelservices.clone(),
+        metrics.clone(),
+        trim::<Guarded<ModelService>>,
+    )
+    .inspect(forget_deleted(ctx.clone()))
+    .applied_objects();
 
     let acquired = election.as_ref().map(|e| e.acquired.clone());
     let leader_trigger = futures::stream::unfold(acquired, |rx| async move {
