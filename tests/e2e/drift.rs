@@ -83,9 +83,9 @@ async fn children_deleted_the_moment_they_appear_are_recreated() {
                     continue;
                 };
                 let (name, uid) = (d.name_any(), d.uid().unwrap_or_default());
-                if !deleted.contains_key(&name) {
-                    let _ = api.delete(&name, &Default::default()).await;
-                    deleted.insert(name, uid);
+                if let std::collections::hash_map::Entry::Vacant(first) = deleted.entry(name) {
+                    let _ = api.delete(first.key(), &Default::default()).await;
+                    first.insert(uid);
                     if deleted.len() == N {
                         return deleted;
                     }
