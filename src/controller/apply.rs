@@ -58,6 +58,7 @@ async fn apply_all(
     children: &Children,
     done: &mut Vec<(Outcome, String, String)>,
 ) -> Result<LeanDeployment, Error> {
+    hand_over_replicas(ctx, &children.deployment).await?;
     let deployment = apply_one(ctx, &ctx.stores.deployments, &children.deployment, done).await?;
     apply_one(ctx, &ctx.stores.services, &children.service, done).await?;
     match &children.hpa {
@@ -193,6 +194,60 @@ where
     ctx.metrics.child_write(&kind, op);
     done.push((outcome, kind.into_owned(), name));
     Ok(applied)
+}
+
+/// The field manager that keeps `spec.replicas` at its current value while
+/// the operator's own manager lets go of it.
+pub const HANDOVER_MANAGER: &str = "modelservice-operator-handover";
+
+/// Turning autoscaling on: the Deployment about to be applied leaves out
+/// `spec.replicas` (the autoscaler owns it), while our manager still owns the
+/// field. A server-side apply that drops a field its manager alone owned
+/// removes it, and the API server then defaults it to 1: a 3-replica model
+/// would fall to 1 until the autoscaler acts, and with a slow or broken
+/// metrics pipeline it never does. So first a second manager applies the
+/// current count; the main apply then releases the field while the value
+/// stays, and the autoscaler's first write takes the field over. Costs one
+/// request, once per switch, and nothing while autoscaling stays on (our
+/// manager no longer owns the field).
+async fn hand_over_replicas(ctx: &Context, desired: &Deployment) -> Result<(), Error> {
+    let (Some(name), Some(ns)) = (
+        desired.meta().name.as_deref(),
+        desired.meta().namespace.as_deref(),
+    ) else {
+        return Ok(());
+    };
+    let wants_replicas = desired.spec.replicas.is_some();
+    let Some(current) = cached(&ctx.stores.deployments.store, ns, name) else {
+        return Ok(());
+    };
+    let Some(replicas) = current
+        .state()
+        .replicas
+        .filter(|_| current.owns_replicas && !wants_replicas)
+    else {
+        return Ok(());
+    };
+    let keep = serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"replicas": replicas},
+    });
+    let api: Api<LeanDeployment> = Api::namespaced(ctx.client.clone(), ns);
+    api.patch(
+        name,
+        &PatchParams::apply(HANDOVER_MANAGER).force(),
+        &Patch::Apply(&keep),
+    )
+    .await
+    .map_err(|e| {
+        Error::kube(
+            format!("handing over replicas of Deployment {ns}/{name}"),
+            e,
+        )
+    })?;
+    ctx.metrics.child_write("Deployment", "handover");
+    Ok(())
 }
 
 /// Deletes the HPA named like the ModelService when autoscaling was removed,

@@ -28,6 +28,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::core::labels::MANAGER;
 use crate::core::rollout::DeploymentState;
 
 /// The annotation client-side `kubectl apply` keeps its last input in: a
@@ -43,6 +44,10 @@ pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration
 /// `None` here; read them with [`Lean::annotation`] or [`Lean::to_json`].
 pub struct Lean<K, S = IgnoredAny> {
     pub metadata: ObjectMeta,
+    /// Whether the operator's field manager owns `spec.replicas`, read from
+    /// managedFields, the one thing kept of them: turning autoscaling on
+    /// must hand that field over without a dip (see `apply::hand_over_replicas`).
+    pub owns_replicas: bool,
     labels: Option<Box<RawValue>>,
     annotations: Option<Box<RawValue>>,
     pub spec: Option<Box<RawValue>>,
@@ -65,9 +70,11 @@ struct Wire<S> {
 impl<'de, K, S: DeserializeOwned> Deserialize<'de> for Lean<K, S> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let w = Wire::<S>::deserialize(d)?;
+        let owns_replicas = w.metadata.managed_fields.as_ref().is_some_and(|m| m.0);
         let (metadata, labels, annotations) = w.metadata.split();
         Ok(Self {
             metadata,
+            owns_replicas,
             labels,
             annotations,
             spec: w.spec,
@@ -88,6 +95,7 @@ impl<K, S: Clone> Clone for Lean<K, S> {
     fn clone(&self) -> Self {
         Self {
             metadata: self.metadata.clone(),
+            owns_replicas: self.owns_replicas,
             labels: self.labels.clone(),
             annotations: self.annotations.clone(),
             spec: self.spec.clone(),
@@ -176,6 +184,7 @@ impl<K: Resource<DynamicType = ()>, S> Lean<K, S> {
         };
         Ok(Self {
             metadata,
+            owns_replicas: false,
             labels,
             annotations,
             spec,
@@ -220,12 +229,39 @@ struct MetaWire {
     generate_name: Option<String>,
     generation: Option<i64>,
     labels: Option<Box<RawValue>>,
+    managed_fields: Option<OursOwnReplicas>,
     name: Option<String>,
     namespace: Option<String>,
     owner_references: Option<Vec<OwnerReference>>,
     resource_version: Option<String>,
     self_link: Option<String>,
     uid: Option<String>,
+}
+
+/// Whether an Apply entry of the operator's field manager in managedFields
+/// holds `f:replicas`; each entry's field set is skipped as text, never
+/// built as a tree. Of the children only a Deployment has such a field
+/// (a container field by that name does not exist), so the text is enough.
+struct OursOwnReplicas(bool);
+
+impl<'de> Deserialize<'de> for OursOwnReplicas {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Entry {
+            manager: Option<String>,
+            operation: Option<String>,
+            #[serde(rename = "fieldsV1")]
+            fields: Option<Box<RawValue>>,
+        }
+        let entries = Vec::<Entry>::deserialize(d)?;
+        Ok(Self(entries.iter().any(|e| {
+            e.manager.as_deref() == Some(MANAGER)
+                && e.operation.as_deref() == Some("Apply")
+                && e.fields
+                    .as_ref()
+                    .is_some_and(|f| f.get().contains("\"f:replicas\""))
+        })))
+    }
 }
 
 impl MetaWire {
@@ -286,6 +322,25 @@ mod tests {
             "status": {"observedGeneration": 3, "replicas": 2, "updatedReplicas": 2, "availableReplicas": 1}
         })
         .to_string()
+    }
+
+    #[test]
+    fn knows_whether_the_operator_owns_the_replica_count() {
+        let d: LeanDeployment = serde_json::from_str(&served_deployment()).unwrap();
+        assert!(!d.owns_replicas, "another manager's field is not ours");
+        let mut v: Value = serde_json::from_str(&served_deployment()).unwrap();
+        v["metadata"]["managedFields"] = json!([
+            {"manager": MANAGER, "operation": "Update", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+            {"manager": MANAGER, "operation": "Apply", "fieldsV1": {"f:spec": {"f:template": {}}}}
+        ]);
+        let d: LeanDeployment = serde_json::from_str(&v.to_string()).unwrap();
+        assert!(
+            !d.owns_replicas,
+            "only our Apply entry counts, and it lacks the field"
+        );
+        v["metadata"]["managedFields"][1]["fieldsV1"]["f:spec"]["f:replicas"] = json!({});
+        let d: LeanDeployment = serde_json::from_str(&v.to_string()).unwrap();
+        assert!(d.owns_replicas);
     }
 
     #[test]

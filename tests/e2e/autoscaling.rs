@@ -102,3 +102,72 @@ fn spec_without_autoscaling(mut spec: serde_json::Value) -> serde_json::Value {
     }
     spec
 }
+
+/// Turning autoscaling on hands the replica count over without a dip, and
+/// turning it off gives it back to the spec. Before the fix, releasing
+/// `spec.replicas` through server-side apply reset it to the default, 1, on
+/// a real API server, and it stayed there until the HPA acted (never, with a
+/// broken metrics pipeline).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turning_autoscaling_on_and_off_never_dips_the_replica_count() {
+    let env = Env::new().await;
+    let _op = env.operator().start();
+    let mut spec = cpu_spec();
+    spec["replicas"] = json!(3);
+    env.apply_ms("handover", spec.clone()).await;
+    wait_for("3 replicas", CONVERGE, || async {
+        (deployment(&env, "handover").await?.spec.replicas == Some(3)).then_some(())
+    })
+    .await;
+
+    spec["autoscaling"] = json!({"minReplicas": 3, "maxReplicas": 6, "targetQueueLength": 5});
+    env.apply_ms("handover", spec.clone()).await;
+    // Sample the count until the operator has let go of the field, and a
+    // while after: it must never drop below 3 on the way.
+    let mut lowest = i32::MAX;
+    let mut released_at = None;
+    let deadline = std::time::Instant::now() + CONVERGE;
+    while std::time::Instant::now() < deadline {
+        if let Some(d) = deployment(&env, "handover").await {
+            lowest = lowest.min(d.spec.replicas.unwrap_or(1));
+            let ours = replicas_owners(&d)
+                .iter()
+                .any(|m| m == "modelservice-operator");
+            if !ours && released_at.is_none() {
+                released_at = Some(std::time::Instant::now());
+            }
+        }
+        if released_at.is_some_and(|t| t.elapsed() > std::time::Duration::from_secs(3)) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert!(
+        released_at.is_some(),
+        "the operator kept spec.replicas while autoscaling is on"
+    );
+    assert_eq!(
+        lowest, 3,
+        "the replica count dipped while autoscaling was turned on"
+    );
+
+    // Off again: the spec's count comes back and is ours.
+    spec["replicas"] = json!(2);
+    env.apply_ms("handover", spec_without_autoscaling(spec))
+        .await;
+    gone::<HorizontalPodAutoscaler>(&env, "handover", "the HPA to be deleted").await;
+    wait_for(
+        "replicas back to the spec, owned by the operator",
+        CONVERGE,
+        || async {
+            let d = deployment(&env, "handover").await?;
+            (d.spec.replicas == Some(2)
+                && replicas_owners(&d)
+                    .iter()
+                    .any(|m| m == "modelservice-operator"))
+            .then_some(())
+        },
+    )
+    .await;
+    env.finish().await;
+}
