@@ -222,6 +222,29 @@ fn the_cel_rule_rejects_max_below_min() {
 }
 
 #[test]
+fn names_that_cannot_name_the_children_are_refused_naming_metadata_name() {
+    let named = |name: &str| {
+        let mut doc = minimal();
+        doc["metadata"]["name"] = json!(name);
+        schema_errors(&doc)
+    };
+    for bad in ["7b-llama", &"a".repeat(64), "Llama", "llama-", "llama.8b"] {
+        let errors = named(bad);
+        assert!(
+            errors.iter().any(|e| e.contains("metadata.name")),
+            "{bad:?} was accepted: {errors:?}"
+        );
+    }
+    for good in ["llama-8b", "a", &"a".repeat(63)] {
+        assert!(
+            named(good).is_empty(),
+            "{good:?} was refused: {:?}",
+            named(good)
+        );
+    }
+}
+
+#[test]
 fn every_sample_is_valid_and_parses_as_a_modelservice() {
     let files = yaml_files(&repo("config/samples"));
     assert!(

@@ -36,6 +36,10 @@ pub const DEFAULT_METRIC: &str = "vllm:num_requests_waiting";
     namespaced,
     status = "ModelServiceStatus",
     derive = "PartialEq",
+    validation = kube::core::Rule::new(
+        "size(self.metadata.name) <= 63 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')"
+    )
+    .message("metadata.name must be a DNS-1035 label (at most 63 characters of lowercase letters, digits and '-', starting with a letter and ending with a letter or digit): the Service and the labels the operator creates are named after it"),
     doc = "ModelService runs one AI model behind an HTTP endpoint on GPU nodes. The operator creates a Deployment, a Service and optionally a HorizontalPodAutoscaler with the same name, and reports in status.conditions why the model is or is not serving.",
     scale(
         spec_replicas_path = ".spec.replicas",

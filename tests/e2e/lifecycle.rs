@@ -167,3 +167,32 @@ async fn a_spec_update_is_followed_through() {
     }
     env.finish().await;
 }
+
+/// A name that cannot name the Service (not a DNS-1035 label, or longer
+/// than 63 characters) is refused when applied, with a message that names
+/// `metadata.name`, instead of an object whose children can never exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_that_cannot_name_the_children_are_refused() {
+    if !needs_real(
+        "names_that_cannot_name_the_children_are_refused",
+        "the fake API server does not evaluate CEL rules",
+    ) {
+        return;
+    }
+    let env = Env::new().await;
+    let api = env.api::<ModelService>();
+    for bad in ["7b-llama".to_string(), "a".repeat(70)] {
+        let ms = serde_json::json!({"apiVersion": "serving.modelservice.dev/v1alpha1", "kind": "ModelService",
+            "metadata": {"name": bad, "namespace": env.namespace}, "spec": cpu_spec()});
+        let err = api
+            .patch(
+                &bad,
+                &kube::api::PatchParams::apply("e2e-user"),
+                &kube::api::Patch::Apply(&ms),
+            )
+            .await
+            .expect_err("a name that cannot name a Service must be refused");
+        assert!(err.to_string().contains("metadata.name"), "{bad}: {err}");
+    }
+    env.finish().await;
+}

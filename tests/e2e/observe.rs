@@ -159,3 +159,12 @@ where
     })
     .await;
 }
+
+/// Whether this back end is a real API server; prints why the test needs one.
+pub fn needs_real(test: &str, why: &str) -> bool {
+    if !crate::harness::real_cluster() {
+        eprintln!("SKIPPED {test}: {why}");
+        return false;
+    }
+    true
+}
