@@ -58,6 +58,25 @@ async fn a_gpu_shortage_is_named_announced_once_and_clears_by_itself() {
         "one event per cause, not per reconcile"
     );
 
+    // A node pool that autoscales: the scheduler's message changes with the
+    // node count, the cause does not. One Event per cause means per reason.
+    env.a_node_joins_and_leaves(std::time::Duration::from_secs(4))
+        .await;
+    wait_ms(
+        &env,
+        "big",
+        "the message to follow the node count",
+        CONVERGE,
+        |ms| message(ms, "Degraded").contains("Insufficient nvidia.com/gpu"),
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    assert_eq!(
+        warnings(&env, "big", "InsufficientGPU").await,
+        1,
+        "a node that joined and left is not a new cause"
+    );
+
     let Some(sim) = env.sim.as_ref() else {
         eprintln!("SKIPPED recovery part: a real cluster's GPUs cannot be added by the test");
         return env.finish().await;

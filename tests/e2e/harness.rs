@@ -306,7 +306,7 @@ pub use fake_apiserver::localhost::{free_port, http_get};
 pub enum Outage {
     /// kube-apiserver killed and started again (`restart --kill kube-apiserver`).
     ApiServer,
-    /// etcd stopped and started again under a running apiserver.
+    /// etcd killed and started again under a running apiserver.
     Etcd,
 }
 
@@ -317,13 +317,11 @@ impl Env {
     /// found through `REALK8S_DIR`), so kind or a remote cluster skip it.
     pub async fn outage(&self, outage: Outage, test: &str) -> bool {
         match (&self.fake, outage) {
-            (Some(fake), Outage::ApiServer) => {
+            // The fake has no etcd of its own: losing its storage looks to
+            // a client like its restart (watches end, history compacted).
+            (Some(fake), _) => {
                 fake.restarted().await;
                 true
-            }
-            (Some(_), Outage::Etcd) => {
-                eprintln!("SKIPPED {test}: the fake API server has no etcd");
-                false
             }
             (None, _) => {
                 let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/k8s/restart");
@@ -351,5 +349,38 @@ impl Env {
                 true
             }
         }
+    }
+}
+
+impl Env {
+    /// A node joins the cluster and leaves again, as in a node pool that
+    /// autoscales: the scheduler's message for a pending pod changes with
+    /// the node count ("0/4 nodes are available", then "0/3"). On a real
+    /// cluster the node is a bare Node object that no kubelet runs, so it
+    /// stays NotReady and nothing is scheduled on it.
+    pub async fn a_node_joins_and_leaves(&self, stay: Duration) {
+        if let Some(sim) = &self.sim {
+            sim.set_nodes(4);
+            tokio::time::sleep(stay).await;
+            sim.set_nodes(3);
+            return;
+        }
+        use k8s_openapi::api::core::v1::Node;
+        let name = format!("{}-extra", self.namespace);
+        let node: Node = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"modelservice.dev/e2e": "true"}},
+            "status": {"capacity": {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "2"},
+                       "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "2"}}}))
+        .expect("node");
+        let nodes = Api::<Node>::all(self.client.clone());
+        nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .expect("a node joins");
+        tokio::time::sleep(stay).await;
+        nodes
+            .delete(&name, &DeleteParams::default())
+            .await
+            .expect("the node leaves");
     }
 }

@@ -77,6 +77,14 @@ impl Simulator {
         Self { shape, task }
     }
 
+    /// Changes the number of nodes (a node pool that autoscales): the
+    /// scheduler's message for a pending pod names the new count.
+    pub fn set_nodes(&self, nodes: usize) {
+        if let Ok(mut g) = self.shape.lock() {
+            g.nodes = nodes;
+        }
+    }
+
     /// Changes the GPUs per node (for example to end a GPU shortage).
     pub fn set_gpus_per_node(&self, gpus: i64) {
         if let Ok(mut g) = self.shape.lock() {
