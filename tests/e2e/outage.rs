@@ -329,3 +329,46 @@ async fn a_cold_start_and_a_rollout_survive_outages() {
     .await;
     env.finish().await;
 }
+
+/// Watches that keep failing must not delay the others. The bug behind
+/// "deaf after an apiserver restart": kube-runtime's Controller put one
+/// backoff around all its watches together, so while any watch kept
+/// failing, every other watch's events (a new ModelService among them) waited
+/// out a pause that doubled with each error, to half a minute and more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_child_watches_never_delay_the_modelservice_watch() {
+    if !needs_fake("failing_child_watches_never_delay_the_modelservice_watch") {
+        return;
+    }
+    let env = Env::new().await;
+    let op = env.operator().start();
+    op.ready().await;
+    let fake = env.fake();
+    for resource in ["deployments", "services", "horizontalpodautoscalers"] {
+        fake.fail_next(fake_apiserver::FailRule {
+            verb: Some(fake_apiserver::Verb::Watch),
+            resource: Some(resource.into()),
+            code: 500,
+            times: 1_000_000,
+        });
+    }
+    fake.drop_watches();
+    // Long enough for doubling pauses to reach many seconds.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    env.apply_ms("while-failing", cpu_spec()).await;
+    wait_for(
+        "a ModelService created while the child watches fail to get its Deployment at once",
+        Duration::from_secs(3),
+        || deployment(&env, "while-failing"),
+    )
+    .await;
+    let failed = op
+        .metric(r#"modelservice_watch_errors_total{kind="watch_start",resource="horizontalpodautoscalers"}"#)
+        .unwrap_or(0.0);
+    assert!(
+        failed >= 3.0,
+        "the HPA watch failed {failed} times: the fault was not injected"
+    );
+    fake.clear_faults();
+    env.finish().await;
+}
