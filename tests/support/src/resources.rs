@@ -155,12 +155,12 @@ impl ResourceInfo {
         }
     }
 
-    /// Whether DELETE answers with the object (true for CRs, pods, services,
-    /// namespaces) or with a `Status` of kind Success (most built-ins).
+    /// Whether a DELETE that removes the object at once answers with the
+    /// object (pods, services, namespaces) or with a `Status` of kind Success
+    /// (the other built-ins, and custom resources: a real 1.32 apiserver
+    /// answers a ModelService's delete with a Status).
     pub fn returns_deleted_object(&self) -> bool {
-        self.custom
-            || (self.group.is_empty()
-                && matches!(self.plural.as_str(), "pods" | "services" | "namespaces"))
+        self.group.is_empty() && matches!(self.plural.as_str(), "pods" | "services" | "namespaces")
     }
 
     pub fn is_namespace(&self) -> bool {

@@ -22,6 +22,10 @@ pub struct Snapshot {
     pub api_version: String,
     pub resource_version: u64,
     pub items: Vec<Arc<Value>>,
+    /// Whether each item keeps its `kind` and `apiVersion`: a real API
+    /// server leaves them out of the items of a built-in type's list (the
+    /// list's own kind says it) and keeps them for custom resources.
+    pub typed_items: bool,
 }
 
 /// The current matching objects. `limit`/`continue` are not honoured: one
@@ -44,6 +48,7 @@ pub fn list(store: &Store, ctx: &Ctx, filter: &Filter) -> Snapshot {
         api_version: ctx.info.api_version(),
         resource_version: store.rv,
         items,
+        typed_items: ctx.info.custom,
     }
 }
 
@@ -78,11 +83,31 @@ impl Snapshot {
             };
             return serde_json::to_vec(&body).unwrap_or_default();
         }
+        let untyped: Vec<Value> = if self.typed_items {
+            Vec::new()
+        } else {
+            self.items
+                .iter()
+                .map(|o| {
+                    let mut o = (**o).clone();
+                    if let Some(m) = o.as_object_mut() {
+                        m.remove("kind");
+                        m.remove("apiVersion");
+                    }
+                    o
+                })
+                .collect()
+        };
+        let items = if self.typed_items {
+            self.items.iter().map(|a| a.as_ref()).collect()
+        } else {
+            untyped.iter().collect()
+        };
         let body = ListBody {
             kind: &self.kind,
             api_version: &self.api_version,
             metadata,
-            items: self.items.iter().map(|a| a.as_ref()).collect(),
+            items,
         };
         serde_json::to_vec(&body).unwrap_or_default()
     }

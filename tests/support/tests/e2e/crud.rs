@@ -5,11 +5,11 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
 use serde_json::json;
 
-use crate::{cm, ms, ms_api, raw, rv_of, start, status_of};
+use crate::{cm, ms, ms_api, ns, raw, rv_of, start, start_either, status_of};
 
 #[tokio::test]
 async fn create_get_list_update_delete() {
-    let (_server, client) = start().await;
+    let (_backend, client) = start_either().await;
     let api: Api<ConfigMap> = Api::default_namespaced(client.clone());
 
     let created = api
@@ -17,7 +17,7 @@ async fn create_get_list_update_delete() {
         .await
         .unwrap();
     let meta = &created.metadata;
-    assert_eq!(meta.namespace.as_deref(), Some("default"));
+    assert_eq!(meta.namespace.as_deref(), Some(ns(&client)));
     assert_eq!(meta.uid.as_ref().map(String::len), Some(36));
     assert!(meta.creation_timestamp.is_some());
     assert!(meta.generation.is_none(), "configmaps have no generation");
@@ -35,7 +35,15 @@ async fn create_get_list_update_delete() {
     assert!(rv_of(&updated.metadata) > rv_of(meta));
 
     let list = api.list(&ListParams::default()).await.unwrap();
-    assert_eq!(list.items.len(), 1);
+    // A real cluster's kube-controller-manager also publishes the
+    // kube-root-ca.crt ConfigMap into every namespace; the fake, an API
+    // server only, does not.
+    let ours: Vec<_> = list
+        .items
+        .iter()
+        .filter(|c| c.metadata.name.as_deref() != Some("kube-root-ca.crt"))
+        .collect();
+    assert_eq!(ours.len(), 1);
     assert!(
         rv_of(&ObjectMeta {
             resource_version: list.metadata.resource_version.clone(),
@@ -43,11 +51,12 @@ async fn create_get_list_update_delete() {
         }) >= rv_of(&updated.metadata)
     );
 
-    // Raw list: each item carries kind/apiVersion, the list is a ConfigMapList.
+    // Raw list: a ConfigMapList whose items, as a real server sends them,
+    // carry no kind/apiVersion of their own (custom resources' items do).
     let (code, body) = raw(
         &client,
         "GET",
-        "/api/v1/namespaces/default/configmaps",
+        &format!("/api/v1/namespaces/{}/configmaps", ns(&client)),
         None,
         "",
     )
@@ -55,8 +64,12 @@ async fn create_get_list_update_delete() {
     assert_eq!(code, 200);
     assert_eq!(body["kind"], "ConfigMapList");
     assert_eq!(body["apiVersion"], "v1");
-    assert_eq!(body["items"][0]["kind"], "ConfigMap");
-    assert_eq!(body["items"][0]["apiVersion"], "v1");
+    let items = body["items"].as_array().cloned().unwrap_or_default();
+    assert!(!items.is_empty());
+    for item in &items {
+        assert_eq!(item.get("kind"), None);
+        assert_eq!(item.get("apiVersion"), None);
+    }
 
     // Built-in types answer a delete with a Status of kind Success.
     let deleted = api.delete("a", &DeleteParams::default()).await.unwrap();
@@ -67,11 +80,11 @@ async fn create_get_list_update_delete() {
 
 #[tokio::test]
 async fn not_found_body_is_shaped_like_the_real_one() {
-    let (_server, client) = start().await;
+    let (_backend, client) = start_either().await;
     let (code, body) = raw(
         &client,
         "GET",
-        "/apis/apps/v1/namespaces/default/deployments/nope",
+        &format!("/apis/apps/v1/namespaces/{}/deployments/nope", ns(&client)),
         None,
         "",
     )
@@ -88,7 +101,7 @@ async fn not_found_body_is_shaped_like_the_real_one() {
     let (code, body) = raw(
         &client,
         "DELETE",
-        "/api/v1/namespaces/default/configmaps/nope",
+        &format!("/api/v1/namespaces/{}/configmaps/nope", ns(&client)),
         None,
         "",
     )
@@ -102,7 +115,7 @@ async fn not_found_body_is_shaped_like_the_real_one() {
 
 #[tokio::test]
 async fn already_exists_and_stale_update_conflicts() {
-    let (_server, client) = start().await;
+    let (_backend, client) = start_either().await;
     let api: Api<ConfigMap> = Api::default_namespaced(client.clone());
     let first = api
         .create(&PostParams::default(), &cm("a", &[]))
@@ -137,6 +150,7 @@ async fn already_exists_and_stale_update_conflicts() {
 }
 
 #[tokio::test]
+// fake-only: it reads the server's own resourceVersion counter.
 async fn noop_update_keeps_resource_version() {
     let (server, client) = start().await;
     let api: Api<ConfigMap> = Api::default_namespaced(client);
@@ -152,9 +166,9 @@ async fn noop_update_keeps_resource_version() {
 
 #[tokio::test]
 async fn resource_version_is_global_and_strictly_increasing() {
-    let (_server, client) = start().await;
+    let (_backend, client) = start_either().await;
     let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
-    let mss = ms_api(&client, "default");
+    let mss = ms_api(&client, ns(&client));
     let mut last = 0;
     for i in 0..5 {
         let a = cms
@@ -162,7 +176,10 @@ async fn resource_version_is_global_and_strictly_increasing() {
             .await
             .unwrap();
         let b = mss
-            .create(&PostParams::default(), &ms(&format!("m{i}"), json!({})))
+            .create(
+                &PostParams::default(),
+                &ms(&format!("m{i}"), json!({"model": "m", "image": "i"})),
+            )
             .await
             .unwrap();
         let (ra, rb) = (rv_of(&a.metadata), rv_of(&b.metadata));
@@ -173,7 +190,7 @@ async fn resource_version_is_global_and_strictly_increasing() {
 
 #[tokio::test]
 async fn generate_name_and_missing_name() {
-    let (_server, client) = start().await;
+    let (_backend, client) = start_either().await;
     let api: Api<ConfigMap> = Api::default_namespaced(client);
     let mut o = cm("", &[]);
     o.metadata.name = None;
@@ -195,7 +212,7 @@ async fn generate_name_and_missing_name() {
 
 #[tokio::test]
 async fn invalid_names_and_labels_are_rejected() {
-    let (_server, client) = start().await;
+    let (_backend, client) = start_either().await;
     let api: Api<ConfigMap> = Api::default_namespaced(client);
     let s = status_of(api.create(&PostParams::default(), &cm("Upper", &[])).await);
     assert_eq!(s.code, 422);
@@ -210,11 +227,12 @@ async fn invalid_names_and_labels_are_rejected() {
 
 #[tokio::test]
 async fn namespaces_must_exist_and_can_be_created() {
-    let (_server, client) = start().await;
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "elsewhere");
+    let (_backend, client) = start_either().await;
+    let elsewhere = format!("{}-elsewhere", ns(&client));
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &elsewhere);
     let s = status_of(api.create(&PostParams::default(), &cm("a", &[])).await);
     assert_eq!((s.code, s.reason.as_str()), (404, "NotFound"));
-    assert_eq!(s.message, "namespaces \"elsewhere\" not found");
+    assert_eq!(s.message, format!("namespaces \"{elsewhere}\" not found"));
     // Listing in a missing namespace is just empty.
     assert!(
         api.list(&ListParams::default())
@@ -225,9 +243,12 @@ async fn namespaces_must_exist_and_can_be_created() {
     );
 
     let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    let mut ns = k8s_openapi::api::core::v1::Namespace::default();
-    ns.metadata.name = Some("elsewhere".into());
-    let created = nss.create(&PostParams::default(), &ns).await.unwrap();
+    let mut namespace = k8s_openapi::api::core::v1::Namespace::default();
+    namespace.metadata.name = Some(elsewhere.clone());
+    let created = nss
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap();
     assert_eq!(created.status.unwrap().phase.as_deref(), Some("Active"));
     api.create(&PostParams::default(), &cm("a", &[]))
         .await
@@ -236,6 +257,7 @@ async fn namespaces_must_exist_and_can_be_created() {
 }
 
 #[tokio::test]
+// fake-only: it installs and removes types in the fake itself.
 async fn unknown_resources_are_404_like_a_missing_crd() {
     let server = fake_apiserver::FakeApiServer::builder()
         .without_resource("modelservices")
@@ -260,7 +282,10 @@ async fn unknown_resources_are_404_like_a_missing_crd() {
 
     server.install_resource(fake_apiserver::model_service());
     ms_api(&client, "default")
-        .create(&PostParams::default(), &ms("m", json!({})))
+        .create(
+            &PostParams::default(),
+            &ms("m", json!({"model": "m", "image": "i"})),
+        )
         .await
         .unwrap();
     assert!(server.uninstall_resource("modelservices"));
@@ -271,22 +296,31 @@ async fn unknown_resources_are_404_like_a_missing_crd() {
 }
 
 #[tokio::test]
-async fn custom_resources_return_the_object_on_delete() {
-    let (_server, client) = start().await;
-    let api = ms_api(&client, "default");
-    api.create(&PostParams::default(), &ms("m", json!({"replicas": 1})))
-        .await
-        .unwrap();
+async fn custom_resources_answer_an_immediate_delete_with_a_status() {
+    let (_backend, client) = start_either().await;
+    let api = ms_api(&client, ns(&client));
+    api.create(
+        &PostParams::default(),
+        &ms("m", json!({"model": "m", "image": "i", "replicas": 1})),
+    )
+    .await
+    .unwrap();
     let gone = api.delete("m", &DeleteParams::default()).await.unwrap();
+    let status = gone.right().expect("a Status, as the real server answers");
     assert_eq!(
-        gone.left().expect("the object").metadata.name.as_deref(),
-        Some("m")
+        status.status,
+        Some(kube::core::response::StatusSummary::Success)
+    );
+    let details = status.details.expect("details");
+    assert_eq!(
+        (details.name.as_str(), details.group.as_str()),
+        ("m", "serving.modelservice.dev")
     );
 }
 
 #[tokio::test]
 async fn create_with_resource_version_is_rejected_like_etcd_storage_does() {
-    let (_server, client) = start().await;
+    let (_backend, client) = start_either().await;
     let api: Api<ConfigMap> = Api::default_namespaced(client);
     let mut o = cm("a", &[]);
     o.metadata.resource_version = Some("5".into());

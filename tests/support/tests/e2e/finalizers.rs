@@ -10,11 +10,11 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event, finalizer};
 use serde_json::json;
 
-use crate::{cm, ms, ms_api, start, status_of};
+use crate::{cm, ms, ms_api, ns, start_either, status_of};
 
 #[tokio::test]
 async fn finalizers_hold_deletion_until_removed() {
-    let (_server, client) = start().await;
+    let (_backend, client) = start_either().await;
     let api: Api<ConfigMap> = Api::default_namespaced(client);
     let mut o = cm("a", &[]);
     o.metadata.finalizers = Some(vec!["example.com/f".into()]);
@@ -95,8 +95,8 @@ async fn finalizers_hold_deletion_until_removed() {
 
 #[tokio::test]
 async fn kube_runtime_finalizer_helper_works() {
-    let (_server, client) = start().await;
-    let api = ms_api(&client, "default");
+    let (_backend, client) = start_either().await;
+    let api = ms_api(&client, ns(&client));
     api.create(&PostParams::default(), &ms("m", json!({})))
         .await
         .unwrap();

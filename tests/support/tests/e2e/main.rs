@@ -23,11 +23,90 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ObjectMeta};
 use kube::core::Status;
 use kube::{Api, Client};
 
-/// A fresh server and an in-process client.
+/// A fresh server and an in-process client: for the tests that need the
+/// fake itself (fault injection, request counts, its own knobs).
 pub async fn start() -> (FakeApiServer, Client) {
     let server = FakeApiServer::start().await;
     let client = server.client();
     (server, client)
+}
+
+/// Where a test of API semantics runs: the fake (default), or with
+/// `MODELSERVICE_E2E=1` the real API server of the current kubeconfig, in a
+/// fresh namespace that the client defaults to. The assertions are the same
+/// on both; where the real server disagrees, the fake is wrong.
+pub enum Backend {
+    Fake(#[allow(dead_code)] FakeApiServer),
+    Real,
+}
+
+pub async fn start_either() -> (Backend, Client) {
+    if std::env::var("MODELSERVICE_E2E").is_ok_and(|v| v == "1") {
+        let client = real_client().await;
+        (Backend::Real, client)
+    } else {
+        let (server, client) = start().await;
+        (Backend::Fake(server), client)
+    }
+}
+
+/// The ConfigMap a real cluster's kube-controller-manager publishes into
+/// every namespace. The fake is an API server only, so it has none; tests
+/// of ConfigMaps look past it.
+pub const ROOT_CA: &str = "kube-root-ca.crt";
+
+/// Whether `cm` is the test's own, not [`ROOT_CA`].
+pub fn ours(cm: &ConfigMap) -> bool {
+    cm.metadata.name.as_deref() != Some(ROOT_CA)
+}
+
+/// The namespace a test's objects live in (`default` on the fake).
+pub fn ns(client: &Client) -> &str {
+    client.default_namespace()
+}
+
+async fn real_client() -> Client {
+    use k8s_openapi::api::core::v1::Namespace;
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Patch, PatchParams, PostParams};
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0);
+    let namespace = format!("fake-diff-{:08x}", h.finish() as u32);
+    let mut config = kube::Config::infer()
+        .await
+        .expect("MODELSERVICE_E2E=1 needs a working kubeconfig");
+    config.default_namespace = namespace.clone();
+    let client = Client::try_from(config).expect("a client for the kubeconfig");
+    let crd_path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../crds/modelservice.yaml");
+    let text = std::fs::read_to_string(&crd_path).expect("crds/modelservice.yaml");
+    let crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("the CRD parses");
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .patch(
+            "modelservices.serving.modelservice.dev",
+            &PatchParams::apply("fake-diff").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .expect("install the ModelService CRD");
+    let ns: Namespace = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": namespace, "labels": {"modelservice.dev/e2e": "true"}}}))
+    .expect("namespace");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create the test namespace");
+    eventually_within(
+        Duration::from_secs(30),
+        "the ModelService API to be served",
+        || {
+            let api = ms_api(&client, &namespace);
+            async move { api.list(&Default::default()).await.ok().map(|_| ()) }
+        },
+    )
+    .await;
+    client
 }
 
 pub fn cm(name: &str, data: &[(&str, &str)]) -> ConfigMap {
@@ -57,8 +136,14 @@ pub fn ms_api(client: &Client, ns: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), ns, &ms_resource())
 }
 
-/// A ModelService object with the given spec.
-pub fn ms(name: &str, spec: serde_json::Value) -> DynamicObject {
+/// A ModelService object with the given spec, plus the `model` and
+/// `image` its schema requires when the spec leaves them out (a real
+/// server refuses the object without them; the fake has no schema).
+pub fn ms(name: &str, mut spec: serde_json::Value) -> DynamicObject {
+    if let Some(m) = spec.as_object_mut() {
+        m.entry("model").or_insert_with(|| "m".into());
+        m.entry("image").or_insert_with(|| "i".into());
+    }
     let mut o = DynamicObject::new(name, &ms_resource());
     o.data = serde_json::json!({ "spec": spec });
     o

@@ -7,11 +7,11 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use crate::{cm, ms, ms_api, raw, start, status_of};
+use crate::{cm, ms, ms_api, ns, raw, start_either, status_of};
 
 #[tokio::test]
 async fn merge_patch_follows_rfc_7386() {
-    let (_server, client) = start().await;
+    let (_backend, client) = start_either().await;
     let api: Api<ConfigMap> = Api::default_namespaced(client);
     api.create(
         &PostParams::default(),
@@ -44,7 +44,7 @@ async fn merge_patch_follows_rfc_7386() {
 
 #[tokio::test]
 async fn strategic_merge_patch_merges_containers_by_name() {
-    let (_server, client) = start().await;
+    let (_backend, client) = start_either().await;
     let api: Api<Deployment> = Api::default_namespaced(client.clone());
     let d: Deployment = serde_json::from_value(json!({
         "metadata": {"name": "d"},
@@ -69,12 +69,12 @@ async fn strategic_merge_patch_merges_containers_by_name() {
     assert_eq!(images, [("main", "m:1"), ("side", "s:2")]);
 
     // Custom resources do not support strategic merge patch: 415.
-    ms_api(&client, "default")
+    ms_api(&client, ns(&client))
         .create(&PostParams::default(), &ms("m", json!({})))
         .await
         .unwrap();
     let s = status_of(
-        ms_api(&client, "default")
+        ms_api(&client, ns(&client))
             .patch(
                 "m",
                 &PatchParams::default(),
@@ -87,7 +87,7 @@ async fn strategic_merge_patch_merges_containers_by_name() {
 
 #[tokio::test]
 async fn json_patch_with_test_operations() {
-    let (_server, client) = start().await;
+    let (_backend, client) = start_either().await;
     let api: Api<ConfigMap> = Api::default_namespaced(client.clone());
     api.create(&PostParams::default(), &cm("a", &[("k", "v")]))
         .await
@@ -129,7 +129,7 @@ async fn json_patch_with_test_operations() {
     let (code, body) = raw(
         &client,
         "PATCH",
-        "/api/v1/namespaces/default/configmaps/a",
+        &format!("/api/v1/namespaces/{}/configmaps/a", ns(&client)),
         Some("application/json-patch+json"),
         "not json",
     )
@@ -139,12 +139,12 @@ async fn json_patch_with_test_operations() {
 
 #[tokio::test]
 async fn patch_options_are_validated_like_the_real_server() {
-    let (_server, client) = start().await;
+    let (_backend, client) = start_either().await;
     let api: Api<ConfigMap> = Api::default_namespaced(client.clone());
     api.create(&PostParams::default(), &cm("a", &[]))
         .await
         .unwrap();
-    let path = "/api/v1/namespaces/default/configmaps/a";
+    let path = &format!("/api/v1/namespaces/{}/configmaps/a", ns(&client));
     let body = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}}"#;
     let (code, s) = raw(
         &client,

@@ -27,6 +27,8 @@ async fn names(api: &Api<ConfigMap>, lp: &ListParams) -> Vec<String> {
         .collect()
 }
 
+// Fake-only: it pins two of the fake's documented divergences (`limit` is
+// ignored, and the cluster holds only the test's objects).
 #[tokio::test]
 async fn label_and_field_selectors_filter_lists() {
     let (_server, client) = start().await;
