@@ -1,5 +1,7 @@
 //! A real kube-runtime Controller reconciling against the fake settles:
 //! children are created, status is written, and then nothing more is written.
+//!
+//! Fake-only: the operator's own e2e suite runs a Controller on both back ends.
 
 use std::sync::Arc;
 use std::time::Duration;

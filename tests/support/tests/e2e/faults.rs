@@ -1,4 +1,6 @@
 //! Fault injection, pause/resume and request counters.
+//!
+//! Fake-only: fault injection, pause/resume and request counters exist only in the fake.
 
 use std::time::Duration;
 

@@ -1,4 +1,6 @@
 //! Garbage collection of dependents, namespace deletion, propagation policies.
+//!
+//! Fake-only: the fake's own garbage collector (a real cluster's is kube-controller-manager's, exercised by the operator's e2e deletion scenarios).
 
 use std::time::Duration;
 

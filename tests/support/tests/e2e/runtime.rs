@@ -1,5 +1,7 @@
 //! kube-runtime's watcher/reflector against the fake, and a real TCP client
 //! built from the written kubeconfig.
+//!
+//! Fake-only: it checks the fake's kubeconfig and TCP serving.
 
 use std::time::Duration;
 

@@ -1,4 +1,6 @@
 //! Load shape of the benchmarks: thousands of owners and dependents.
+//!
+//! Fake-only: the fake's speed at benchmark sizes.
 
 use std::time::Instant;
 

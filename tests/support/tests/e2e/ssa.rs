@@ -67,6 +67,7 @@ async fn apply_creates_then_removes_fields_it_stopped_applying() {
     assert_eq!(o.data.unwrap().keys().collect::<Vec<_>>(), ["k"]);
 }
 
+// Fake-only: it reads the fake's global resourceVersion counter to prove nothing was written.
 #[tokio::test]
 async fn noop_apply_does_not_write() {
     let (server, client) = start().await;
@@ -253,6 +254,7 @@ async fn apply_rejects_managed_fields_in_the_configuration() {
     );
 }
 
+// Fake-only: it reads the fake's global resourceVersion counter to prove the re-apply wrote nothing.
 #[tokio::test]
 async fn operator_style_reapply_of_a_deployment_is_stable() {
     use k8s_openapi::api::apps::v1::Deployment;

@@ -87,6 +87,7 @@ async fn generation_bumps_only_on_spec_changes() {
     assert_eq!(d.metadata.generation, Some(2));
 }
 
+// Fake-only: it inspects what the fake stored through its own handle.
 #[tokio::test]
 async fn status_subresource_isolation() {
     let (server, client) = start().await;

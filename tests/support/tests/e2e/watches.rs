@@ -118,6 +118,7 @@ async fn send_initial_events_ends_with_annotated_bookmark() {
     }
 }
 
+// Fake-only: it restarts the fake; the real restart is in the operator's `outage::` scenarios.
 #[tokio::test]
 async fn old_resource_version_after_restart_is_410_expired() {
     let (server, client) = start().await;
@@ -229,6 +230,7 @@ async fn field_selector_watch() {
     assert_eq!(name(&next_change(&mut ev).await), ("ADDED", "b".into()));
 }
 
+// Fake-only: it sets the fake's bookmark interval (a real server sends about one a minute).
 #[tokio::test]
 async fn bookmarks_carry_the_current_resource_version() {
     let server = fake_apiserver::FakeApiServer::builder()
@@ -287,6 +289,7 @@ async fn watch_closes_after_timeout_seconds() {
     assert!(matches!(end, Ok(None)), "{end:?}");
 }
 
+// Fake-only: dropping every watch is a fault the fake injects.
 #[tokio::test]
 async fn drop_watches_ends_streams() {
     let (server, client) = start().await;
