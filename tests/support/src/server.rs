@@ -52,7 +52,8 @@ impl Default for Builder {
     fn default() -> Self {
         Builder {
             resources: default_resources(),
-            bookmark_interval: Duration::from_secs(1),
+            // A real apiserver sends a watch bookmark about once a minute.
+            bookmark_interval: Duration::from_secs(60),
             history_limit: 50_000,
         }
     }
