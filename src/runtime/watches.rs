@@ -120,6 +120,23 @@ fn error_kind(e: &watcher::Error) -> &'static str {
     }
 }
 
+/// What a reflector-backed watch needs of its objects.
+pub trait Watched:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// A watch of `api` with `config`, reported, backed off, trimmed by `modify`
 /// and reflected into `writer`, whose progress it notes in `fresh` once the
 /// cache holds each event.
@@ -132,13 +149,7 @@ pub fn watch<K>(
     modify: impl FnMut(&mut K) + Send + 'static,
 ) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
 {
     let resource = leak_plural::<K>();
     reported(watcher::watcher(api, config), resource, metrics)
@@ -160,13 +171,7 @@ pub fn child_watch<K>(
     metrics: Arc<Metrics>,
 ) -> impl Stream<Item = Result<K, watcher::Error>> + Send
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
 {
     let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGER}"));
     watch(api, config, writer, fresh, metrics, |_| {}).touched_objects()
