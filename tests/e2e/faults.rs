@@ -110,3 +110,66 @@ async fn a_paused_api_server_is_waited_out() {
     converged_on_args(&env, "p", "--after").await;
     wait_ready(&env, "p").await;
 }
+
+/// The per-object error backoff starts again after a success. Before, the
+/// count of failures only grew over an object's life: after seven transient
+/// errors and a recovery, the next two waited 12.8 s and 25.6 s (and after a
+/// dozen, 5 minutes each) instead of 100 ms and 200 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_error_backoff_starts_again_after_a_success() {
+    if !needs_fake("the_error_backoff_starts_again_after_a_success") {
+        return;
+    }
+    let env = Env::new().await;
+    let fake = env.fake();
+    let fail_deployment_applies = |times| {
+        fake.fail_next(FailRule {
+            verb: Some(Verb::Patch),
+            resource: Some("deployments".into()),
+            code: 500,
+            times,
+        })
+    };
+    // Seven failures in a row: 100 ms doubling, 12.7 s in all, then success.
+    fail_deployment_applies(7);
+    let op = env.operator().start();
+    env.apply_ms("b", spec_with("--first")).await;
+    wait_for(
+        "the Deployment after seven failures",
+        Duration::from_secs(90),
+        || async {
+            let d = deployment(&env, "b").await?;
+            d.spec.template.spec?.containers[0]
+                .args
+                .as_ref()?
+                .iter()
+                .any(|a| a == "--first")
+                .then_some(())
+        },
+    )
+    .await;
+    wait_ms(&env, "b", "the first generation observed", CONVERGE, |_| {
+        true
+    })
+    .await;
+
+    // Two more, on the next change: retried after 100 and 200 ms. (Two, so
+    // that a stray trigger, which retries at once, cannot hide the backoff.)
+    fail_deployment_applies(2);
+    env.apply_ms("b", spec_with("--second")).await;
+    wait_for(
+        "the next change to recover from two failures at once",
+        Duration::from_secs(5),
+        || async {
+            let d = deployment(&env, "b").await?;
+            d.spec.template.spec?.containers[0]
+                .args
+                .as_ref()?
+                .iter()
+                .any(|a| a == "--second")
+                .then_some(())
+        },
+    )
+    .await;
+    drop(op);
+}
