@@ -18,6 +18,7 @@ pub(crate) struct Shared {
     pub faults: Faults,
     pub gate: PauseGate,
     pub outage: crate::pause::Outage,
+    pub pages: crate::ops::read::Pages,
     pub gc_wake: Arc<Notify>,
     /// How often watches that asked for bookmarks get one.
     pub bookmark_interval: Duration,
@@ -34,6 +35,7 @@ impl Shared {
             faults: Faults::default(),
             gate: PauseGate::default(),
             outage: Default::default(),
+            pages: Default::default(),
             gc_wake,
             bookmark_interval,
             shutdown: watch::Sender::new(false),

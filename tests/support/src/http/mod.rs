@@ -251,8 +251,18 @@ fn dispatch(
             Ok(render(StatusCode::OK, &obj, want_partial))
         }
         Verb::List => {
-            let filter = filter_of(&info, t.namespace.as_deref(), None, q)?;
-            let snapshot = read::list(&shared.lock(), &ctx, &filter);
+            let snapshot = match q.get("continue").filter(|c| !c.is_empty()) {
+                Some(token) => shared.pages.resume(token)?,
+                None => {
+                    let filter = filter_of(&info, t.namespace.as_deref(), None, q)?;
+                    read::list(&shared.lock(), &ctx, &filter)
+                }
+            };
+            let limit = q
+                .get("limit")
+                .and_then(|l| l.parse::<usize>().ok())
+                .unwrap_or(0);
+            let snapshot = shared.pages.cut(snapshot, limit);
             Ok(bytes_response(
                 StatusCode::OK,
                 snapshot.to_json(want_partial),

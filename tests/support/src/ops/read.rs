@@ -26,11 +26,80 @@ pub struct Snapshot {
     /// server leaves them out of the items of a built-in type's list (the
     /// list's own kind says it) and keeps them for custom resources.
     pub typed_items: bool,
+    /// Set when the list was cut at `limit`: the token of the next page.
+    pub continue_token: Option<String>,
+    /// With `continue_token`: how many items the later pages hold.
+    pub remaining: usize,
 }
 
-/// The current matching objects. `limit`/`continue` are not honoured: one
-/// page is always a consistent snapshot, which is what paginating clients
-/// (kube-runtime's watcher) need for a correct list-then-watch.
+/// The rest of paginated lists, by continue token. A real server serves a
+/// continued list from the same etcd revision as its first page, so every
+/// page is one consistent snapshot; the fake keeps the rest of the snapshot
+/// instead. The oldest are dropped past a bound, and a dropped token is
+/// answered as a real server answers a compacted one: 410 Gone.
+#[derive(Default)]
+pub struct Pages {
+    inner: std::sync::Mutex<PagesInner>,
+}
+
+#[derive(Default)]
+struct PagesInner {
+    next_id: u64,
+    rest: std::collections::BTreeMap<u64, Snapshot>,
+}
+
+/// Continue tokens kept at once.
+const PAGES_KEPT: usize = 256;
+
+impl Pages {
+    /// Cuts `snapshot` after `limit` items, keeping the rest for its token.
+    pub fn cut(&self, mut snapshot: Snapshot, limit: usize) -> Snapshot {
+        if limit == 0 || snapshot.items.len() <= limit {
+            return snapshot;
+        }
+        let rest_items = snapshot.items.split_off(limit);
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.next_id += 1;
+        let id = inner.next_id;
+        let rest = Snapshot {
+            kind: snapshot.kind.clone(),
+            api_version: snapshot.api_version.clone(),
+            resource_version: snapshot.resource_version,
+            remaining: 0,
+            continue_token: None,
+            typed_items: snapshot.typed_items,
+            items: rest_items,
+        };
+        snapshot.remaining = rest.items.len();
+        snapshot.continue_token = Some(format!("{}-{id}", snapshot.resource_version));
+        inner.rest.insert(id, rest);
+        while inner.rest.len() > PAGES_KEPT {
+            inner.rest.pop_first();
+        }
+        snapshot
+    }
+
+    /// The rest of the list that `token` continues, or 410 Gone.
+    pub fn resume(&self, token: &str) -> Result<Snapshot, ApiError> {
+        let id = token
+            .rsplit_once('-')
+            .and_then(|(_, id)| id.parse::<u64>().ok())
+            .ok_or_else(|| ApiError::bad_request(format!("invalid continue token: {token}")))?;
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .rest
+            .remove(&id)
+            .ok_or_else(|| {
+                ApiError::expired(
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+                )
+            })
+    }
+}
+
+/// The current matching objects, in key order (namespace, name), as etcd
+/// returns them. Pagination (`limit`/`continue`) is [`Pages`].
 pub fn list(store: &Store, ctx: &Ctx, filter: &Filter) -> Snapshot {
     let items = store
         .resources
@@ -49,6 +118,8 @@ pub fn list(store: &Store, ctx: &Ctx, filter: &Filter) -> Snapshot {
         resource_version: store.rv,
         items,
         typed_items: ctx.info.custom,
+        continue_token: None,
+        remaining: 0,
     }
 }
 
@@ -69,6 +140,10 @@ impl Snapshot {
             "resourceVersion".into(),
             Value::String(self.resource_version.to_string()),
         );
+        if let Some(token) = &self.continue_token {
+            metadata.insert("continue".into(), Value::String(token.clone()));
+            metadata.insert("remainingItemCount".into(), Value::from(self.remaining));
+        }
         if partial {
             let items: Vec<Value> = self
                 .items

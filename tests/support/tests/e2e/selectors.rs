@@ -4,7 +4,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 
-use crate::{cm, raw, start, status_of};
+use crate::{cm, ours, raw, start, status_of};
 
 fn labelled(name: &str, labels: &[(&str, &str)]) -> ConfigMap {
     let mut o = cm(name, &[]);
@@ -27,8 +27,8 @@ async fn names(api: &Api<ConfigMap>, lp: &ListParams) -> Vec<String> {
         .collect()
 }
 
-// Fake-only: it pins two of the fake's documented divergences (`limit` is
-// ignored, and the cluster holds only the test's objects).
+// Fake-only: it counts across the whole cluster, which on a real one holds
+// more than the test's objects.
 #[tokio::test]
 async fn label_and_field_selectors_filter_lists() {
     let (_server, client) = start().await;
@@ -74,8 +74,8 @@ async fn label_and_field_selectors_filter_lists() {
         .await,
         ["a", "b", "d"]
     );
-    // limit/continue are accepted (one consistent page is returned).
-    assert_eq!(names(&api, &ListParams::default().limit(2)).await.len(), 4);
+    // limit cuts the list into pages (see the test below).
+    assert_eq!(names(&api, &ListParams::default().limit(2)).await.len(), 2);
 
     let s = status_of(api.list(&ListParams::default().labels("a in b")).await);
     assert_eq!((s.code, s.reason.as_str()), (400, "BadRequest"));
@@ -98,4 +98,51 @@ async fn label_and_field_selectors_filter_lists() {
     )
     .await;
     assert_eq!(code, 200);
+}
+
+#[tokio::test]
+async fn limit_and_continue_page_through_one_consistent_snapshot() {
+    let (_backend, client) = crate::start_either().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let pp = PostParams::default();
+    for n in ["a", "b", "c", "d", "e"] {
+        api.create(&pp, &cm(n, &[])).await.unwrap();
+    }
+    let first = api.list(&ListParams::default().limit(2)).await.unwrap();
+    assert_eq!(first.items.len(), 2);
+    let token = first.metadata.continue_.clone().expect("a continue token");
+    assert!(first.metadata.remaining_item_count.is_some_and(|n| n >= 3));
+    // Created after the first page: the later pages are the same snapshot.
+    api.create(&pp, &cm("aa-late", &[])).await.unwrap();
+    let mut names: Vec<String> = first
+        .items
+        .iter()
+        .filter(|c| ours(c))
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    let mut next = Some(token);
+    while let Some(token) = next {
+        let page = api
+            .list(&ListParams::default().limit(2).continue_token(&token))
+            .await
+            .unwrap();
+        assert!(page.items.len() <= 2);
+        assert_eq!(
+            page.metadata.resource_version,
+            first.metadata.resource_version
+        );
+        names.extend(
+            page.items
+                .iter()
+                .filter(|c| ours(c))
+                .filter_map(|c| c.metadata.name.clone()),
+        );
+        next = page.metadata.continue_.filter(|c| !c.is_empty());
+    }
+    assert_eq!(names, ["a", "b", "c", "d", "e"]);
+    let s = status_of(
+        api.list(&ListParams::default().limit(2).continue_token("12-999999"))
+            .await,
+    );
+    assert!(matches!(s.code, 400 | 410), "an unknown token: {s:?}");
 }
