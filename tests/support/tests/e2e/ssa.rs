@@ -317,3 +317,64 @@ async fn operator_style_reapply_of_a_deployment_is_stable() {
         "only the scale bumped generation"
     );
 }
+
+/// The same merge on a built-in list that a real server keys by name
+/// (a pod template's containers, and each container's env).
+#[tokio::test]
+async fn apply_merges_containers_by_name_across_managers() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let (_backend, client) = start_either().await;
+    let api: Api<Deployment> = Api::default_namespaced(client);
+    let body = |containers: serde_json::Value| {
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": containers}}}
+        })
+    };
+    api.patch(
+        "web",
+        &PatchParams::apply("op"),
+        &Patch::Apply(body(
+            json!([{"name": "a", "image": "a:1"}, {"name": "b", "image": "b:1"}]),
+        )),
+    )
+    .await
+    .unwrap();
+    let sidecar = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+        "spec": {"template": {"spec": {"containers": [{"name": "a", "env": [{"name": "E", "value": "1"}]}]}}}
+    });
+    api.patch(
+        "web",
+        &PatchParams::apply("sidecar"),
+        &Patch::Apply(sidecar),
+    )
+    .await
+    .unwrap();
+    // op drops container b and changes a's image: b goes, a keeps the env.
+    let d = api
+        .patch(
+            "web",
+            &PatchParams::apply("op"),
+            &Patch::Apply(body(json!([{"name": "a", "image": "a:2"}]))),
+        )
+        .await
+        .unwrap();
+    let containers = d
+        .spec
+        .template
+        .spec
+        .map(|p| p.containers)
+        .unwrap_or_default();
+    let names: Vec<&str> = containers.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["a"]);
+    assert_eq!(containers[0].image.as_deref(), Some("a:2"));
+    let env: Vec<(String, Option<String>)> = containers[0]
+        .env
+        .iter()
+        .flatten()
+        .map(|e| (e.name.clone(), e.value.clone()))
+        .collect();
+    assert_eq!(env, [("E".to_string(), Some("1".to_string()))]);
+}
