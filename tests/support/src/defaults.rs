@@ -55,9 +55,28 @@ fn default_container(c: &mut Value) {
         .to_string();
     set_default(m, "imagePullPolicy", json!(image_pull_policy(&image)));
     set_default(m, "resources", json!({}));
+    canonical_resources(m.get_mut("resources"));
     if let Some(ports) = m.get_mut("ports").and_then(Value::as_array_mut) {
         for p in ports.iter_mut().filter_map(Value::as_object_mut) {
             set_default(p, "protocol", json!("TCP"));
+        }
+    }
+}
+
+/// Requests and limits in the form a real server stores them (`1000m` → `1`).
+fn canonical_resources(mut resources: Option<&mut Value>) {
+    for list in ["requests", "limits"] {
+        let Some(q) = resources
+            .as_deref_mut()
+            .and_then(|r| r.get_mut(list))
+            .and_then(Value::as_object_mut)
+        else {
+            continue;
+        };
+        for v in q.values_mut() {
+            if let Some(c) = v.as_str().and_then(crate::quantity::canonical) {
+                *v = Value::String(c);
+            }
         }
     }
 }

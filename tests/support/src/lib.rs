@@ -21,6 +21,7 @@ mod meta;
 mod ops;
 mod patch;
 mod pause;
+pub mod quantity;
 mod resources;
 mod selector;
 mod server;

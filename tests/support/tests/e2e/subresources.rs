@@ -262,3 +262,27 @@ async fn server_defaults_built_in_fields() {
     assert!(spec.cluster_ip.is_some());
     assert_eq!(spec.ports.unwrap()[0].protocol.as_deref(), Some("TCP"));
 }
+
+#[tokio::test]
+async fn quantities_are_stored_in_canonical_form() {
+    let (_backend, client) = start_either().await;
+    let deps: Api<Deployment> = Api::default_namespaced(client.clone());
+    let mut d = deployment("q", 1);
+    if let Some(pod) = d.spec.template.spec.as_mut() {
+        pod.containers[0].resources = Some(
+            serde_json::from_value(serde_json::json!({
+                "requests": {"cpu": "0.5", "memory": "1024Mi"},
+                "limits": {"cpu": "1000m", "memory": "1.5Gi", "nvidia.com/gpu": "2"}
+            }))
+            .unwrap(),
+        );
+    }
+    let stored = deps.create(&PostParams::default(), &d).await.unwrap();
+    let r =
+        serde_json::to_value(&stored.spec.template.spec.unwrap().containers[0].resources).unwrap();
+    assert_eq!(
+        r,
+        serde_json::json!({"requests": {"cpu": "500m", "memory": "1Gi"},
+            "limits": {"cpu": "1", "memory": "1536Mi", "nvidia.com/gpu": "2"}})
+    );
+}
