@@ -36,25 +36,13 @@ impl Default for ControllerConfig {
 }
 
 /// One reflector cache and how far its watch has got (see `freshness`).
+#[derive(Clone)]
 pub struct Cache<K: kube::runtime::reflector::Lookup + Clone + 'static>
 where
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
     pub store: Store<K>,
     pub fresh: Arc<Freshness>,
-}
-
-impl<K> Clone for Cache<K>
-where
-    K: kube::runtime::reflector::Lookup + Clone + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    fn clone(&self) -> Self {
-        Self {
-            store: self.store.clone(),
-            fresh: self.fresh.clone(),
-        }
-    }
 }
 
 impl<K> Cache<K>

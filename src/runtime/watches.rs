@@ -84,7 +84,7 @@ pub fn is_relist(e: &watcher::Error) -> bool {
 /// 410s, so that only real failures reach the backoff.
 pub fn reported<S, K>(
     stream: S,
-    resource: &'static str,
+    resource: Arc<str>,
     metrics: Arc<Metrics>,
 ) -> impl Stream<Item = Result<K, watcher::Error>> + Send
 where
@@ -95,13 +95,13 @@ where
         let keep = match item {
             Ok(_) => true,
             Err(e) if is_relist(e) => {
-                info!(resource, error = %e, "watch expired; relisting");
-                metrics.watch_error(resource, "expired");
+                info!(resource = &*resource, error = %e, "watch expired; relisting");
+                metrics.watch_error(&resource, "expired");
                 false
             }
             Err(e) => {
-                warn!(resource, error = %e, "watch failed; retrying");
-                metrics.watch_error(resource, error_kind(e));
+                warn!(resource = &*resource, error = %e, "watch failed; retrying");
+                metrics.watch_error(&resource, error_kind(e));
                 true
             }
         };
@@ -151,7 +151,7 @@ pub fn watch<K>(
 where
     K: Watched,
 {
-    let resource = leak_plural::<K>();
+    let resource: Arc<str> = K::plural(&()).into();
     reported(watcher::watcher(api, config), resource, metrics)
         .backoff(watch_backoff())
         .modify(modify)
@@ -175,12 +175,6 @@ where
 {
     let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGER}"));
     watch(api, config, writer, fresh, metrics, |_| {}).touched_objects()
-}
-
-/// The plural of `K` as a `'static` label. Called once per watched kind at
-/// startup, so the few bytes leaked are bounded by the number of kinds.
-fn leak_plural<K: Resource<DynamicType = ()>>() -> &'static str {
-    Box::leak(K::plural(&()).into_owned().into_boxed_str())
 }
 
 #[cfg(test)]
@@ -224,9 +218,13 @@ mod tests {
         let metrics = Arc::new(Metrics::new().unwrap());
         let items: Vec<Result<u8, watcher::Error>> =
             vec![Ok(1), Err(status(410)), Err(status(500)), Ok(2)];
-        let out: Vec<_> = reported(futures::stream::iter(items), "things", metrics.clone())
-            .collect()
-            .await;
+        let out: Vec<_> = reported(
+            futures::stream::iter(items),
+            "things".into(),
+            metrics.clone(),
+        )
+        .collect()
+        .await;
         assert_eq!(out.len(), 3);
         assert!(matches!(out[1], Err(ref e) if !is_relist(e)));
         let text = metrics.render();
