@@ -14,26 +14,26 @@ use modelservice_operator::core::{build_children, validate};
 use std::hint::black_box;
 
 const MS: &str = r#"
-apiVersion: serving.modelservice.dev/v1alpha1
+apiVersion: serving.modelservice.dev/v1beta1
 kind: ModelService
 metadata: {name: llama, namespace: ml, uid: 0b7c6a6e-1111-2222-3333-444455556666, generation: 3}
 spec:
-  model: meta-llama/Llama-3.1-8B-Instruct
-  modelVersion: "2024-07-23"
-  image: vllm/vllm-openai:v0.8.5
-  args: ["--max-model-len", "8192"]
-  env: [{name: HF_HOME, value: /cache}]
-  gpus: 1
-  resources: {cpu: "4", memory: 32Gi}
-  nodeSelector: {gpu: a100}
-  tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+  model: {name: meta-llama/Llama-3.1-8B-Instruct, version: "2024-07-23"}
+  runtime:
+    image: vllm/vllm-openai:v0.8.5
+    args: ["--max-model-len", "8192"]
+    env: [{name: HF_HOME, value: /cache}]
+  resources: {gpus: 1, cpu: "4", memory: 32Gi}
+  scheduling:
+    nodeSelector: {gpu: a100}
+    tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
   autoscaling: {minReplicas: 1, maxReplicas: 8, targetQueueLength: 5}
 "#;
 
 fn pure_path(c: &mut Criterion) {
     let ms: ModelService = serde_yaml::from_str(MS).expect("sample");
     let owner = OwnerReference {
-        api_version: "serving.modelservice.dev/v1alpha1".into(),
+        api_version: "serving.modelservice.dev/v1beta1".into(),
         kind: "ModelService".into(),
         name: "llama".into(),
         uid: "0b7c6a6e-1111-2222-3333-444455556666".into(),
@@ -60,10 +60,10 @@ fn pure_path(c: &mut Criterion) {
                 name: &v.name,
                 namespace: &v.namespace,
                 generation: 3,
-                port: Some(v.spec.port),
+                port: Some(v.spec.runtime.port),
                 gpu: GpuRequest {
-                    gpus: v.spec.gpus,
-                    resource: &v.spec.gpu_resource,
+                    gpus: v.spec.resources.gpus,
+                    resource: &v.spec.resources.gpu_resource,
                 },
                 blocked: None,
                 deployment: Some((&observed_dep).into()),

@@ -9,7 +9,7 @@ use modelservice_operator::controller::ControllerConfig;
 use modelservice_operator::runtime::cli::{Cli, Command, LogFormat, RunArgs};
 use modelservice_operator::runtime::leader::{self, ElectionConfig};
 use modelservice_operator::runtime::run::{RunConfig, run};
-use modelservice_operator::runtime::{logging, render, shutdown};
+use modelservice_operator::runtime::{convert_manifests, logging, manifests, render, shutdown};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -21,24 +21,12 @@ fn main() -> ExitCode {
             }
             Err(e) => fail(&format!("cannot render the CRD: {e}")),
         },
-        Command::Render(args) => {
-            let input = if args.file.as_os_str() == "-" {
-                std::io::read_to_string(std::io::stdin())
-            } else {
-                std::fs::read_to_string(&args.file)
-            };
-            let yaml = match input {
-                Ok(y) => y,
-                Err(e) => return fail(&format!("cannot read {}: {e}", args.file.display())),
-            };
-            match render::render(&yaml, &args.namespace) {
-                Ok(out) => {
-                    print!("{out}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => fail(&e),
-            }
-        }
+        Command::Render(args) => print_or_fail(
+            manifests::read(&args.file).and_then(|y| render::render(&y, &args.namespace)),
+        ),
+        Command::Convert(args) => print_or_fail(
+            manifests::read(&args.file).and_then(|y| convert_manifests::convert(&y, args.to)),
+        ),
         Command::Run(args) => {
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -52,6 +40,16 @@ fn main() -> ExitCode {
                 Err(e) => fail(&e),
             }
         }
+    }
+}
+
+fn print_or_fail(out: Result<String, String>) -> ExitCode {
+    match out {
+        Ok(out) => {
+            print!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e),
     }
 }
 

@@ -9,22 +9,41 @@
 
 use std::path::{Path, PathBuf};
 
-use kube::CustomResourceExt;
-use modelservice_operator::api::{CRD_FILE, ModelService, crd_yaml};
+use modelservice_operator::api::{CRD_FILE, DEPRECATION_WARNING, ModelService, crd, crd_yaml};
+use modelservice_operator::core::convert::{V1BETA1, convert_object};
 use serde_json::{Value, json};
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
-fn schema() -> Value {
-    let crd = serde_json::to_value(ModelService::crd()).expect("crd serializes");
-    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+fn crd_json() -> Value {
+    serde_json::to_value(crd().expect("versions merge")).expect("crd serializes")
+}
+
+/// One version's entry of the CRD.
+fn version(name: &str) -> Value {
+    crd_json()["spec"]["versions"]
+        .as_array()
+        .expect("versions")
+        .iter()
+        .find(|v| v["name"] == name)
+        .unwrap_or_else(|| panic!("no version {name}"))
+        .clone()
+}
+
+/// The schema the API server applies to `obj`: its apiVersion's.
+fn schema_of(obj: &Value) -> Value {
+    let v = obj["apiVersion"]
+        .as_str()
+        .and_then(|a| a.rsplit_once('/'))
+        .map_or("", |(_, v)| v);
+    version(v)["schema"]["openAPIV3Schema"].clone()
 }
 
 /// Every problem the API server's schema validation would report for `obj`.
 fn schema_errors(obj: &Value) -> Vec<String> {
-    let schema = schema();
+    let schema = schema_of(obj);
     let mut errors: Vec<String> = match jsonschema::validator_for(&schema) {
         Ok(v) => v
             .iter_errors(obj)
@@ -61,10 +80,34 @@ fn yaml_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-fn minimal() -> Value {
+fn minimal_alpha() -> Value {
     json!({"apiVersion": "serving.modelservice.dev/v1alpha1", "kind": "ModelService",
            "metadata": {"name": "m", "namespace": "ml"},
            "spec": {"model": "org/model", "image": "vllm/vllm-openai:v0.8.5"}})
+}
+
+fn minimal() -> Value {
+    json!({"apiVersion": "serving.modelservice.dev/v1beta1", "kind": "ModelService",
+           "metadata": {"name": "m", "namespace": "ml"},
+           "spec": {"model": {"name": "org/model"}, "runtime": {"image": "vllm/vllm-openai:v0.8.5"}}})
+}
+
+/// Sets a dotted path of `doc` (`spec.runtime.port`).
+fn set(doc: &mut Value, path: &str, v: Value) {
+    let mut at = doc;
+    for k in path.split('.') {
+        if at.get(k).is_none() {
+            at[k] = json!({});
+        }
+        at = &mut at[k];
+    }
+    *at = v;
+}
+
+/// Takes any sample document to the version the operator reads.
+fn as_model_service(doc: Value, file: &Path) -> ModelService {
+    let beta = convert_object(doc, V1BETA1).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    serde_json::from_value(beta).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
 }
 
 #[test]
@@ -114,9 +157,11 @@ fn every_field_has_a_description() {
         }
     }
     let mut missing = Vec::new();
-    let s = schema();
-    for top in ["spec", "status"] {
-        walk(top, &s["properties"][top], &mut missing);
+    for v in ["v1alpha1", "v1beta1"] {
+        let s = &version(v)["schema"]["openAPIV3Schema"];
+        for top in ["spec", "status"] {
+            walk(&format!("{v}:{top}"), &s["properties"][top], &mut missing);
+        }
     }
     assert!(
         missing.is_empty(),
@@ -126,8 +171,7 @@ fn every_field_has_a_description() {
 
 #[test]
 fn crd_has_the_subresources_columns_and_names_api_md_promises() {
-    let crd = serde_json::to_value(ModelService::crd()).expect("crd");
-    let v = &crd["spec"]["versions"][0];
+    let crd = crd_json();
     assert_eq!(crd["spec"]["group"], "serving.modelservice.dev");
     assert_eq!(crd["spec"]["scope"], "Namespaced");
     assert_eq!(crd["spec"]["names"]["plural"], "modelservices");
@@ -135,41 +179,94 @@ fn crd_has_the_subresources_columns_and_names_api_md_promises() {
         crd["spec"]["names"]["shortNames"][0], "msvc",
         "llm-d owns msvc"
     );
-    assert_eq!(v["name"], "v1alpha1");
-    assert_eq!(v["subresources"]["status"], json!({}));
-    assert_eq!(
-        v["subresources"]["scale"],
-        json!({"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas", "labelSelectorPath": ".status.selector"})
-    );
-    let columns: Vec<&str> = v["additionalPrinterColumns"]
-        .as_array()
-        .expect("columns")
-        .iter()
-        .filter_map(|c| c["name"].as_str())
-        .collect();
-    for c in ["Model", "Ready", "Reason", "Replicas", "Age"] {
-        assert!(columns.contains(&c), "missing column {c}: {columns:?}");
+    for name in ["v1beta1", "v1alpha1"] {
+        let v = version(name);
+        assert_eq!(v["served"], true, "{name}");
+        assert_eq!(v["subresources"]["status"], json!({}));
+        assert_eq!(
+            v["subresources"]["scale"],
+            json!({"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas", "labelSelectorPath": ".status.selector"})
+        );
+        let columns: Vec<&str> = v["additionalPrinterColumns"]
+            .as_array()
+            .expect("columns")
+            .iter()
+            .filter_map(|c| c["name"].as_str())
+            .collect();
+        for c in ["Model", "Ready", "Reason", "Replicas", "Age"] {
+            assert!(
+                columns.contains(&c),
+                "{name}: missing column {c}: {columns:?}"
+            );
+        }
     }
-    let spec = &v["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
-    assert_eq!(spec["replicas"]["default"], 1);
-    assert_eq!(spec["port"]["default"], 8000);
-    assert_eq!(spec["gpus"]["default"], 1);
-    assert_eq!(spec["gpuResource"]["default"], "nvidia.com/gpu");
-    assert_eq!(spec["strategy"]["default"], "RollingUpdate");
+    let alpha =
+        &version("v1alpha1")["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+    assert_eq!(alpha["replicas"]["default"], 1);
+    assert_eq!(alpha["port"]["default"], 8000);
+    assert_eq!(alpha["gpus"]["default"], 1);
+    assert_eq!(alpha["gpuResource"]["default"], "nvidia.com/gpu");
+    assert_eq!(alpha["strategy"]["default"], "RollingUpdate");
     assert_eq!(
-        spec["strategy"]["enum"],
+        alpha["strategy"]["enum"],
         json!(["RollingUpdate", "Recreate"])
     );
+    let beta = &version("v1beta1")["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+    assert_eq!(beta["replicas"]["default"], 1);
+    assert_eq!(beta["runtime"]["properties"]["port"]["default"], 8000);
+    assert_eq!(
+        beta["runtime"]["properties"]["preset"]["enum"],
+        json!(["vllm", "sglang", "tgi", "none"])
+    );
+    assert_eq!(beta["resources"]["properties"]["gpus"]["default"], 1);
+    assert_eq!(
+        beta["resources"]["properties"]["gpuResource"]["default"],
+        "nvidia.com/gpu"
+    );
+    assert_eq!(
+        beta["rollout"]["properties"]["strategy"]["default"],
+        "RollingUpdate"
+    );
 }
 
 #[test]
-fn a_minimal_document_is_accepted() {
-    let errors = schema_errors(&minimal());
-    assert!(errors.is_empty(), "{errors:?}");
+fn v1beta1_is_stored_and_v1alpha1_is_deprecated_and_converted_by_webhook() {
+    let crd = crd_json();
+    let names: Vec<&str> = crd["spec"]["versions"]
+        .as_array()
+        .expect("versions")
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    assert_eq!(names, ["v1beta1", "v1alpha1"], "the first is the preferred");
+    assert_eq!(version("v1beta1")["storage"], true);
+    assert_eq!(version("v1alpha1")["storage"], false);
+    assert_eq!(version("v1alpha1")["deprecated"], true);
+    assert_eq!(
+        version("v1alpha1")["deprecationWarning"],
+        DEPRECATION_WARNING
+    );
+    assert!(DEPRECATION_WARNING.contains("v1beta1"));
+    assert!(version("v1beta1").get("deprecated").is_none());
+    let conv = &crd["spec"]["conversion"];
+    assert_eq!(conv["strategy"], "Webhook");
+    assert_eq!(conv["webhook"]["conversionReviewVersions"], json!(["v1"]));
+    assert_eq!(
+        conv["webhook"]["clientConfig"]["service"]["path"],
+        "/convert"
+    );
 }
 
 #[test]
-fn bad_documents_are_rejected_naming_the_field() {
+fn a_minimal_document_is_accepted_in_both_versions() {
+    for doc in [minimal(), minimal_alpha()] {
+        let errors = schema_errors(&doc);
+        assert!(errors.is_empty(), "{errors:?}");
+    }
+}
+
+#[test]
+fn bad_v1alpha1_documents_are_rejected_naming_the_field() {
     let cases: &[(&str, Value, &str)] = &[
         ("replicas 0", json!({"replicas": 0}), "replicas"),
         ("replicas 101", json!({"replicas": 101}), "replicas"),
@@ -185,7 +282,7 @@ fn bad_documents_are_rejected_naming_the_field() {
         ("replicas as text", json!({"replicas": "two"}), "replicas"),
     ];
     for (what, patch, field) in cases {
-        let mut doc = minimal();
+        let mut doc = minimal_alpha();
         for (k, v) in patch.as_object().expect("object") {
             doc["spec"][k] = v.clone();
         }
@@ -196,7 +293,7 @@ fn bad_documents_are_rejected_naming_the_field() {
             "{what}: errors do not name {field}: {errors:?}"
         );
     }
-    let mut no_model = minimal();
+    let mut no_model = minimal_alpha();
     if let Some(spec) = no_model["spec"].as_object_mut() {
         spec.remove("model");
     }
@@ -207,18 +304,53 @@ fn bad_documents_are_rejected_naming_the_field() {
 }
 
 #[test]
+fn bad_v1beta1_documents_are_rejected_naming_the_field() {
+    let cases: &[(&str, &str, Value)] = &[
+        ("spec.replicas", "replicas", json!(0)),
+        ("spec.replicas", "replicas", json!(101)),
+        ("spec.runtime.port", "port", json!(70000)),
+        ("spec.resources.gpus", "gpus", json!(-1)),
+        ("spec.model.name", "name", json!("")),
+        ("spec.runtime.image", "image", json!("")),
+        ("spec.runtime.preset", "preset", json!("triton")),
+        ("spec.rollout.strategy", "strategy", json!("BlueGreen")),
+    ];
+    for (path, field, value) in cases {
+        let mut doc = minimal();
+        set(&mut doc, path, value.clone());
+        let errors = schema_errors(&doc);
+        assert!(!errors.is_empty(), "{path}: {value} was accepted");
+        assert!(
+            errors.iter().any(|e| e.contains(field)),
+            "{path}: errors do not name {field}: {errors:?}"
+        );
+    }
+    for required in ["model", "runtime"] {
+        let mut doc = minimal();
+        if let Some(spec) = doc["spec"].as_object_mut() {
+            spec.remove(required);
+        }
+        assert!(
+            !schema_errors(&doc).is_empty(),
+            "no {required} was accepted"
+        );
+    }
+}
+
+#[test]
 fn the_cel_rule_rejects_max_below_min() {
-    let mut doc = minimal();
-    doc["spec"]["autoscaling"] = json!({"minReplicas": 4, "maxReplicas": 2});
-    let errors = schema_errors(&doc);
-    assert!(
-        errors.iter().any(|e| e.contains("maxReplicas")),
-        "{errors:?}"
-    );
-    doc["spec"]["autoscaling"] = json!({"minReplicas": 2, "maxReplicas": 2});
-    assert!(schema_errors(&doc).is_empty());
-    doc["spec"]["autoscaling"] = json!({"maxReplicas": 3});
-    assert!(schema_errors(&doc).is_empty(), "minReplicas defaults to 1");
+    for mut doc in [minimal(), minimal_alpha()] {
+        doc["spec"]["autoscaling"] = json!({"minReplicas": 4, "maxReplicas": 2});
+        let errors = schema_errors(&doc);
+        assert!(
+            errors.iter().any(|e| e.contains("maxReplicas")),
+            "{errors:?}"
+        );
+        doc["spec"]["autoscaling"] = json!({"minReplicas": 2, "maxReplicas": 2});
+        assert!(schema_errors(&doc).is_empty());
+        doc["spec"]["autoscaling"] = json!({"maxReplicas": 3});
+        assert!(schema_errors(&doc).is_empty(), "minReplicas defaults to 1");
+    }
 }
 
 #[test]
@@ -226,7 +358,17 @@ fn names_that_cannot_name_the_children_are_refused_naming_metadata_name() {
     let named = |name: &str| {
         let mut doc = minimal();
         doc["metadata"]["name"] = json!(name);
-        schema_errors(&doc)
+        let mut alpha = minimal_alpha();
+        alpha["metadata"]["name"] = json!(name);
+        let mut errors = schema_errors(&doc);
+        let alpha_errors = schema_errors(&alpha);
+        assert_eq!(
+            errors.is_empty(),
+            alpha_errors.is_empty(),
+            "{name:?}: the versions disagree"
+        );
+        errors.extend(alpha_errors);
+        errors
     };
     for bad in ["7b-llama", &"a".repeat(64), "Llama", "llama-", "llama.8b"] {
         let errors = named(bad);
@@ -246,18 +388,25 @@ fn names_that_cannot_name_the_children_are_refused_naming_metadata_name() {
 
 #[test]
 fn every_sample_is_valid_and_parses_as_a_modelservice() {
-    let files = yaml_files(&repo("config/samples"));
+    let mut files = yaml_files(&repo("config/samples"));
+    let alpha = yaml_files(&repo("config/samples/v1alpha1"));
     assert!(
-        files.len() >= 2,
-        "expected a minimal and a full sample, found {files:?}"
+        files.len() >= 2 && alpha.len() >= 2,
+        "expected a minimal and a full sample in each version, found {files:?} {alpha:?}"
     );
+    files.extend(alpha);
     let mut autoscaled = false;
     for f in files {
+        let want = if f.parent().is_some_and(|p| p.ends_with("v1alpha1")) {
+            "serving.modelservice.dev/v1alpha1"
+        } else {
+            "serving.modelservice.dev/v1beta1"
+        };
         for doc in yaml_docs(&f) {
+            assert_eq!(doc["apiVersion"], want, "{}", f.display());
             let errors = schema_errors(&doc);
             assert!(errors.is_empty(), "{}: {errors:?}", f.display());
-            let ms: ModelService =
-                serde_json::from_value(doc).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+            let ms = as_model_service(doc, &f);
             autoscaled |= ms.spec.autoscaling.is_some();
             modelservice_operator::core::validate(&ms, "default")
                 .unwrap_or_else(|e| panic!("{}: {e}", f.display()));

@@ -114,13 +114,15 @@ impl Backend {
     /// (Unschedulable) instead of cycling through probe failures.
     pub fn model_service(&self, name: &str, arg: &str) -> Value {
         let spec = match self {
-            Backend::Fake { .. } => json!({"model": "org/model",
-                "image": "vllm/vllm-openai:v0.8.5", "gpus": 1, "args": [arg]}),
-            Backend::Cluster { .. } => json!({"model": "org/model",
-                "image": "registry.k8s.io/pause:3.10", "gpus": 0, "args": [arg],
-                "nodeSelector": {"modelservice.dev/benchmark": "no-node-has-this"}}),
+            Backend::Fake { .. } => json!({"model": {"name": "org/model"},
+                "runtime": {"image": "vllm/vllm-openai:v0.8.5", "args": [arg]},
+                "resources": {"gpus": 1}}),
+            Backend::Cluster { .. } => json!({"model": {"name": "org/model"},
+                "runtime": {"image": "registry.k8s.io/pause:3.10", "args": [arg]},
+                "resources": {"gpus": 0},
+                "scheduling": {"nodeSelector": {"modelservice.dev/benchmark": "no-node-has-this"}}}),
         };
-        json!({"apiVersion": "serving.modelservice.dev/v1alpha1", "kind": "ModelService",
+        json!({"apiVersion": "serving.modelservice.dev/v1beta1", "kind": "ModelService",
             "metadata": {"name": name, "namespace": self.namespace()}, "spec": spec})
     }
 

@@ -144,10 +144,10 @@ async fn write(client: &Client, ns: &str, ms: ModelService, event: bool) {
         name: &name,
         namespace: ns,
         generation: ms.metadata.generation.unwrap_or(1),
-        port: Some(ms.spec.port),
+        port: Some(ms.spec.runtime.port),
         gpu: GpuRequest {
-            gpus: ms.spec.gpus,
-            resource: &ms.spec.gpu_resource,
+            gpus: ms.spec.resources.gpus,
+            resource: &ms.spec.resources.gpu_resource,
         },
         blocked: None,
         deployment: None,
@@ -170,7 +170,7 @@ async fn write(client: &Client, ns: &str, ms: ModelService, event: bool) {
             "reportingController": MANAGER, "reportingInstance": "minimal",
             "action": "Apply", "reason": "Created", "type": "Normal",
             "note": format!("Created Deployment {name}, created Service {name}"),
-            "regarding": {"apiVersion": "serving.modelservice.dev/v1alpha1", "kind": "ModelService", "name": name, "namespace": ns}
+            "regarding": {"apiVersion": "serving.modelservice.dev/v1beta1", "kind": "ModelService", "name": name, "namespace": ns}
         }));
         if let Ok(ev) = ev {
             let _ = Api::<Event>::namespaced(client.clone(), ns)

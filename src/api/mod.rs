@@ -3,14 +3,23 @@
 //! The CRD installed in clusters is generated from these types and nothing else
 //! (`modelservice-operator crd`), so every validation rule, default and
 //! description lives here, next to the field it describes.
+//!
+//! Two versions are served. [`v1beta1`] is stored and is what the operator
+//! reconciles, so its types are re-exported here; [`v1alpha1`] is deprecated
+//! and reaches the operator only through `core::convert`.
 
 mod crd;
-mod spec;
+mod defaults;
 mod status;
+pub mod v1alpha1;
+pub mod v1beta1;
 
-pub use crd::{CRD_FILE, crd_yaml};
-pub use spec::{
-    Autoscaling, DEFAULT_GPU_RESOURCE, DEFAULT_METRIC, DEFAULT_PORT, ModelService,
-    ModelServiceSpec, ResourceRequests, RolloutStrategy,
+pub use crd::{
+    CRD_FILE, CRD_NAME, DEPRECATION_WARNING, GROUP, STORAGE_VERSION, WEBHOOK_PATH, crd, crd_yaml,
 };
+pub use defaults::{DEFAULT_GPU_RESOURCE, DEFAULT_METRIC, DEFAULT_PORT};
 pub use status::{ModelServiceStatus, condition_types};
+pub use v1beta1::{
+    Autoscaling, Model, ModelService, ModelServiceSpec, Preset, Resources, Rollout,
+    RolloutStrategy, Runtime, Scheduling,
+};

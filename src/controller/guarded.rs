@@ -102,7 +102,7 @@ mod tests {
 
     fn object(spec: serde_json::Value) -> serde_json::Value {
         json!({
-            "apiVersion": "serving.modelservice.dev/v1alpha1", "kind": "ModelService",
+            "apiVersion": "serving.modelservice.dev/v1beta1", "kind": "ModelService",
             "metadata": {"name": "m", "namespace": "ns", "generation": 2, "finalizers": ["f"]},
             "spec": spec
         })
@@ -110,16 +110,17 @@ mod tests {
 
     #[test]
     fn a_valid_object_decodes() {
-        let text = object(json!({"model": "llama", "image": "vllm:1"})).to_string();
+        let text =
+            object(json!({"model": {"name": "llama"}, "runtime": {"image": "vllm:1"}})).to_string();
         let g: Guarded<ModelService> = serde_json::from_str(&text).unwrap();
         let ms = g.0.as_ref().unwrap();
-        assert_eq!(ms.spec.image, "vllm:1");
+        assert_eq!(ms.spec.runtime.image, "vllm:1");
         assert_eq!(g.meta().name.as_deref(), Some("m"));
     }
 
     #[test]
     fn an_invalid_object_keeps_its_metadata_and_a_readable_error() {
-        let text = object(json!({"model": "llama", "image": "vllm:1", "gpus": "two"})).to_string();
+        let text = object(json!({"model": {"name": "llama"}, "runtime": {"image": "vllm:1"}, "resources": {"gpus": "two"}})).to_string();
         let mut g: Guarded<ModelService> = serde_json::from_str(&text).unwrap();
         let bad = g.0.as_ref().unwrap_err();
         assert!(bad.error.contains("invalid type"), "{}", bad.error);
@@ -133,7 +134,7 @@ mod tests {
     #[test]
     fn decodes_inside_a_watch_event_as_the_api_server_writes_it() {
         // Go writes the fields of metav1.WatchEvent in order: type, then object.
-        let obj = object(json!({"model": "x", "image": "i"}));
+        let obj = object(json!({"model": {"name": "x"}, "runtime": {"image": "i"}}));
         let line = format!(r#"{{"type":"MODIFIED","object":{obj}}}"#);
         let ev: WatchEvent<Guarded<ModelService>> = serde_json::from_str(&line).unwrap();
         assert!(matches!(ev, WatchEvent::Modified(Guarded(Ok(_)))));

@@ -23,7 +23,11 @@ use crate::core::status::now_seconds;
 
 fn api_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("serving.modelservice.dev", "v1alpha1", "ModelService"),
+        &GroupVersionKind::gvk(
+            crate::api::GROUP,
+            crate::api::STORAGE_VERSION,
+            "ModelService",
+        ),
         "modelservices",
     )
 }

@@ -119,9 +119,9 @@ mod tests {
     #[test]
     fn an_object_is_keyed_by_its_kind_namespace_and_name() {
         let ms: crate::api::ModelService = serde_json::from_value(serde_json::json!({
-            "apiVersion": "serving.modelservice.dev/v1alpha1", "kind": "ModelService",
+            "apiVersion": "serving.modelservice.dev/v1beta1", "kind": "ModelService",
             "metadata": {"name": "m", "namespace": "ns"},
-            "spec": {"model": "x", "image": "i"}
+            "spec": {"model": {"name": "x"}, "runtime": {"image": "i"}}
         }))
         .unwrap();
         assert_eq!(key_of(&ms), "ModelService/ns/m");

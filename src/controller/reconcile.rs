@@ -144,10 +144,10 @@ async fn apply_spec(ms: &ModelService, ctx: &Context) -> Result<Action, Error> {
         name: &name,
         namespace: &ns,
         generation,
-        port: Some(ms.spec.port),
+        port: Some(ms.spec.runtime.port),
         gpu: GpuRequest {
-            gpus: ms.spec.gpus,
-            resource: &ms.spec.gpu_resource,
+            gpus: ms.spec.resources.gpus,
+            resource: &ms.spec.resources.gpu_resource,
         },
         blocked,
         deployment: state,

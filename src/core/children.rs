@@ -50,20 +50,20 @@ pub(crate) mod tests {
     pub fn sample() -> ModelService {
         serde_yaml::from_str(
             r#"
-apiVersion: serving.modelservice.dev/v1alpha1
+apiVersion: serving.modelservice.dev/v1beta1
 kind: ModelService
 metadata: {name: llama, namespace: ml, uid: 0b7c6a6e-1111-2222-3333-444455556666, generation: 3}
 spec:
-  model: meta-llama/Llama-3.1-8B-Instruct
-  modelVersion: "2024-07-23"
-  image: vllm/vllm-openai:v0.8.5
-  args: ["--max-model-len", "8192"]
-  env: [{name: HF_HOME, value: /cache}]
+  model: {name: meta-llama/Llama-3.1-8B-Instruct, version: "2024-07-23"}
+  runtime:
+    image: vllm/vllm-openai:v0.8.5
+    args: ["--max-model-len", "8192"]
+    env: [{name: HF_HOME, value: /cache}]
   replicas: 2
-  gpus: 1
-  resources: {cpu: "4", memory: 32Gi}
-  nodeSelector: {gpu: a100}
-  tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+  resources: {gpus: 1, cpu: "4", memory: 32Gi}
+  scheduling:
+    nodeSelector: {gpu: a100}
+    tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
   autoscaling: {minReplicas: 1, maxReplicas: 8, targetQueueLength: 5}
 "#,
         )
@@ -77,25 +77,29 @@ spec:
     #[test]
     fn defaults_fill_in_what_the_document_omits() {
         let ms: ModelService = serde_yaml::from_str(
-            "apiVersion: serving.modelservice.dev/v1alpha1\nkind: ModelService\nmetadata: {name: m}\nspec: {model: m, image: i}\n",
+            "apiVersion: serving.modelservice.dev/v1beta1\nkind: ModelService\nmetadata: {name: m}\nspec: {model: {name: m}, runtime: {image: i}}\n",
         )
         .expect("parses");
         assert_eq!(
             (
                 ms.spec.replicas,
-                ms.spec.port,
-                ms.spec.gpus,
-                ms.spec.gpu_resource.as_str()
+                ms.spec.runtime.port,
+                ms.spec.resources.gpus,
+                ms.spec.resources.gpu_resource.as_str()
             ),
             (1, 8000, 1, "nvidia.com/gpu")
         );
-        assert_eq!(ms.spec.strategy, crate::api::RolloutStrategy::RollingUpdate);
+        assert_eq!(
+            ms.spec.rollout.strategy,
+            crate::api::RolloutStrategy::RollingUpdate
+        );
+        assert_eq!(ms.spec.runtime.preset, None);
     }
 
     #[test]
     fn every_child_is_owned_and_labelled() {
         let owner = OwnerReference {
-            api_version: "serving.modelservice.dev/v1alpha1".into(),
+            api_version: "serving.modelservice.dev/v1beta1".into(),
             kind: "ModelService".into(),
             name: "llama".into(),
             uid: "u-1".into(),

@@ -17,8 +17,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::ValidSpec;
 use super::labels::{child_meta, pod_labels, selector_labels};
+use super::{ValidSpec, preset};
 use crate::api::RolloutStrategy;
 
 /// The name of the serving container.
@@ -48,7 +48,7 @@ pub fn build(v: &ValidSpec, owner: Option<&OwnerReference>) -> Deployment {
                 match_labels: Some(selector_labels(&v.name)),
                 ..LabelSelector::default()
             },
-            strategy: Some(strategy(spec.strategy)),
+            strategy: Some(strategy(spec.rollout.strategy)),
             progress_deadline_seconds: Some(PROGRESS_DEADLINE_SECONDS),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
@@ -83,11 +83,13 @@ fn pod_spec(v: &ValidSpec) -> PodSpec {
     let spec = &v.spec;
     // Tensor-parallel runtimes exchange data through /dev/shm, which is 64 MiB
     // by default: give multi-GPU pods a memory-backed one.
-    let shm = spec.gpus > 1;
+    let shm = spec.resources.gpus > 1;
     PodSpec {
         containers: vec![container(v, shm)],
-        node_selector: (!spec.node_selector.is_empty()).then(|| spec.node_selector.clone()),
-        tolerations: (!spec.tolerations.is_empty()).then(|| spec.tolerations.clone()),
+        node_selector: (!spec.scheduling.node_selector.is_empty())
+            .then(|| spec.scheduling.node_selector.clone()),
+        tolerations: (!spec.scheduling.tolerations.is_empty())
+            .then(|| spec.scheduling.tolerations.clone()),
         volumes: shm.then(|| {
             vec![Volume {
                 name: "dshm".into(),
@@ -103,22 +105,21 @@ fn pod_spec(v: &ValidSpec) -> PodSpec {
 }
 
 fn container(v: &ValidSpec, shm: bool) -> Container {
-    let spec = &v.spec;
-    let mut args = vec![
-        "--model".to_string(),
-        spec.model.clone(),
-        "--port".to_string(),
-        spec.port.to_string(),
-    ];
-    args.extend(spec.args.iter().cloned());
+    let rt = &v.spec.runtime;
+    let model = &v.spec.model.name;
+    let mut args = preset::args(rt.preset, model, rt.port);
+    args.extend(rt.args.iter().cloned());
+    let mut env = preset::env(rt.preset, model, rt.port);
+    env.extend(rt.env.iter().cloned());
     Container {
         name: CONTAINER_NAME.into(),
-        image: Some(spec.image.clone()),
-        args: Some(args),
-        env: (!spec.env.is_empty()).then(|| spec.env.clone()),
+        image: Some(rt.image.clone()),
+        // `none` with no args: no empty list, which the server would drop.
+        args: (!args.is_empty()).then_some(args),
+        env: (!env.is_empty()).then_some(env),
         ports: Some(vec![ContainerPort {
             name: Some(PORT_NAME.into()),
-            container_port: spec.port,
+            container_port: rt.port,
             protocol: Some("TCP".into()),
             ..ContainerPort::default()
         }]),
@@ -152,21 +153,19 @@ fn probe(period_seconds: i32, failure_threshold: i32) -> Probe {
 }
 
 fn resources(v: &ValidSpec) -> Option<ResourceRequirements> {
-    let spec = &v.spec;
+    let r = &v.spec.resources;
     let mut requests = BTreeMap::new();
     let mut limits = BTreeMap::new();
-    if let Some(r) = &spec.resources {
-        if let Some(cpu) = &r.cpu {
-            requests.insert("cpu".to_string(), cpu.clone());
-        }
-        if let Some(mem) = &r.memory {
-            requests.insert("memory".to_string(), mem.clone());
-            limits.insert("memory".to_string(), mem.clone());
-        }
+    if let Some(cpu) = &r.cpu {
+        requests.insert("cpu".to_string(), cpu.clone());
     }
-    if spec.gpus > 0 {
+    if let Some(mem) = &r.memory {
+        requests.insert("memory".to_string(), mem.clone());
+        limits.insert("memory".to_string(), mem.clone());
+    }
+    if r.gpus > 0 {
         // Extended resources cannot be overcommitted: the limit is also the request.
-        limits.insert(spec.gpu_resource.clone(), Quantity(spec.gpus.to_string()));
+        limits.insert(r.gpu_resource.clone(), Quantity(r.gpus.to_string()));
     }
     if requests.is_empty() && limits.is_empty() {
         return None;
@@ -190,8 +189,8 @@ mod tests {
     #[test]
     fn gpu_limit_is_set_under_the_configured_resource() {
         let mut v = valid();
-        v.spec.gpus = 2;
-        v.spec.gpu_resource = "amd.com/gpu".into();
+        v.spec.resources.gpus = 2;
+        v.spec.resources.gpu_resource = "amd.com/gpu".into();
         let d = build(&v, None);
         let limits = first_container(&d)
             .resources
@@ -205,8 +204,9 @@ mod tests {
     #[test]
     fn zero_gpus_means_no_gpu_limit() {
         let mut v = valid();
-        v.spec.gpus = 0;
-        v.spec.resources = None;
+        v.spec.resources.gpus = 0;
+        v.spec.resources.cpu = None;
+        v.spec.resources.memory = None;
         let d = build(&v, None);
         assert_eq!(first_container(&d).resources, None);
         let pod = d.spec.template.spec.as_ref().expect("pod");
@@ -252,7 +252,7 @@ mod tests {
     #[test]
     fn rolling_update_never_surges() {
         let mut v = valid();
-        v.spec.strategy = RolloutStrategy::RollingUpdate;
+        v.spec.rollout.strategy = RolloutStrategy::RollingUpdate;
         let s = build(&v, None).spec.strategy.expect("strategy");
         assert_eq!(s.type_.as_deref(), Some("RollingUpdate"));
         let ru = s.rolling_update.expect("rollingUpdate");
@@ -263,7 +263,7 @@ mod tests {
     #[test]
     fn recreate_has_no_rolling_parameters() {
         let mut v = valid();
-        v.spec.strategy = RolloutStrategy::Recreate;
+        v.spec.rollout.strategy = RolloutStrategy::Recreate;
         let s = build(&v, None).spec.strategy.expect("strategy");
         assert_eq!(s.type_.as_deref(), Some("Recreate"));
         assert!(

@@ -134,7 +134,7 @@ fn scheduling_problem(pod: &Pod, gpu: GpuRequest<'_>) -> Option<Problem> {
         Some(Problem {
             reason: reasons::INSUFFICIENT_GPU,
             message: format!(
-                "no node has {} free {} for a replica: {scheduler:?}; free GPUs, add GPU nodes, or lower spec.gpus or spec.replicas",
+                "no node has {} free {} for a replica: {scheduler:?}; free GPUs, add GPU nodes, or lower spec.resources.gpus or spec.replicas",
                 gpu.gpus, gpu.resource
             ),
         })

@@ -46,7 +46,8 @@ pub fn pod_labels(v: &ValidSpec) -> BTreeMap<String, String> {
     let mut l = common_labels(&v.name);
     if let Some(ver) = v
         .spec
-        .model_version
+        .model
+        .version
         .as_deref()
         .filter(|s| is_label_value(s))
     {

@@ -7,11 +7,13 @@
 
 pub mod children;
 pub mod conditions;
+pub mod convert;
 pub mod deployment;
 pub mod diagnosis;
 pub mod fingerprint;
 pub mod hpa;
 pub mod labels;
+pub mod preset;
 pub mod reasons;
 pub mod rollout;
 pub mod service;

@@ -17,7 +17,7 @@ pub fn build(v: &ValidSpec, owner: Option<&OwnerReference>) -> Service {
             selector: Some(selector_labels(&v.name)),
             ports: Some(vec![ServicePort {
                 name: Some(PORT_NAME.into()),
-                port: v.spec.port,
+                port: v.spec.runtime.port,
                 target_port: Some(IntOrString::String(PORT_NAME.into())),
                 protocol: Some("TCP".into()),
                 ..ServicePort::default()
@@ -30,7 +30,10 @@ pub fn build(v: &ValidSpec, owner: Option<&OwnerReference>) -> Service {
 
 /// The in-cluster URL users call, as reported in `status.url`.
 pub fn url(v: &ValidSpec) -> String {
-    format!("http://{}.{}.svc:{}", v.name, v.namespace, v.spec.port)
+    format!(
+        "http://{}.{}.svc:{}",
+        v.name, v.namespace, v.spec.runtime.port
+    )
 }
 
 #[cfg(test)]
@@ -41,7 +44,7 @@ mod tests {
     #[test]
     fn service_exposes_the_named_port_and_selects_the_pods() {
         let mut v = valid();
-        v.spec.port = 9000;
+        v.spec.runtime.port = 9000;
         let s = build(&v, None).spec.expect("spec");
         assert_eq!(s.type_.as_deref(), Some("ClusterIP"));
         let p = &s.ports.expect("ports")[0];

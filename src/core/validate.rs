@@ -9,6 +9,7 @@ use std::fmt;
 
 use kube::ResourceExt;
 
+use super::preset;
 use crate::api::{ModelService, ModelServiceSpec};
 
 /// A ModelService whose spec passed every check, with the identity the
@@ -49,36 +50,36 @@ pub fn validate(ms: &ModelService, default_namespace: &str) -> Result<ValidSpec,
             "metadata.name {name:?} cannot name a Service: {e}; use a lower-case name that starts with a letter, at most 63 characters"
         ));
     }
-    if spec.model.trim().is_empty() {
-        problems.push("spec.model must not be empty".into());
+    if spec.model.name.trim().is_empty() {
+        problems.push("spec.model.name must not be empty".into());
     }
-    if spec.image.trim().is_empty() {
-        problems.push("spec.image must not be empty".into());
-    } else if spec.image.chars().any(char::is_whitespace) {
+    let rt = &spec.runtime;
+    if rt.image.trim().is_empty() {
+        problems.push("spec.runtime.image must not be empty".into());
+    } else if rt.image.chars().any(char::is_whitespace) {
         problems.push(format!(
-            "spec.image {:?} must not contain whitespace",
-            spec.image
+            "spec.runtime.image {:?} must not contain whitespace",
+            rt.image
         ));
     }
     check_range(&mut problems, "spec.replicas", spec.replicas, 1, 100);
-    check_range(&mut problems, "spec.port", spec.port, 1, 65535);
-    check_range(&mut problems, "spec.gpus", spec.gpus, 0, 16);
-    if let Err(e) = check_extended_resource_name(&spec.gpu_resource) {
+    check_range(&mut problems, "spec.runtime.port", rt.port, 1, 65535);
+    let res = &spec.resources;
+    check_range(&mut problems, "spec.resources.gpus", res.gpus, 0, 16);
+    if let Err(e) = check_extended_resource_name(&res.gpu_resource) {
         problems.push(format!(
-            "spec.gpuResource {:?} is not a valid extended resource name: {e} (for example nvidia.com/gpu)",
-            spec.gpu_resource
+            "spec.resources.gpuResource {:?} is not a valid extended resource name: {e} (for example nvidia.com/gpu)",
+            res.gpu_resource
         ));
     }
-    if let Some(res) = &spec.resources {
-        for (field, q) in [("cpu", &res.cpu), ("memory", &res.memory)] {
-            if let Some(q) = q
-                && !is_quantity(&q.0)
-            {
-                problems.push(format!(
-                    "spec.resources.{field} {:?} is not a quantity (for example \"4\", \"500m\", \"32Gi\")",
-                    q.0
-                ));
-            }
+    for (field, q) in [("cpu", &res.cpu), ("memory", &res.memory)] {
+        if let Some(q) = q
+            && !is_quantity(&q.0)
+        {
+            problems.push(format!(
+                "spec.resources.{field} {:?} is not a quantity (for example \"4\", \"500m\", \"32Gi\")",
+                q.0
+            ));
         }
     }
     if let Some(a) = &spec.autoscaling {
@@ -109,10 +110,16 @@ pub fn validate(ms: &ModelService, default_namespace: &str) -> Result<ValidSpec,
             problems.push("spec.autoscaling.metric must not be empty".into());
         }
     }
-    for (i, e) in spec.env.iter().enumerate() {
+    let reserved = preset::env_names(rt.preset);
+    for (i, e) in rt.env.iter().enumerate() {
         if e.name.is_empty() || e.name.contains('=') {
             problems.push(format!(
-                "spec.env[{i}].name {:?} must be non-empty and must not contain '='",
+                "spec.runtime.env[{i}].name {:?} must be non-empty and must not contain '='",
+                e.name
+            ));
+        } else if reserved.contains(&e.name.as_str()) {
+            problems.push(format!(
+                "spec.runtime.env[{i}].name {:?} is set by the preset; remove it, or use preset none",
                 e.name
             ));
         }
@@ -260,13 +267,16 @@ mod tests {
             "nvidia.com/gpu!",
         ] {
             let mut ms = sample();
-            ms.spec.gpu_resource = bad.to_string();
+            ms.spec.resources.gpu_resource = bad.to_string();
             let err = validate(&ms, "default").expect_err(bad);
-            assert!(err.to_string().contains("spec.gpuResource"), "{err}");
+            assert!(
+                err.to_string().contains("spec.resources.gpuResource"),
+                "{err}"
+            );
         }
         for good in ["nvidia.com/gpu", "amd.com/gpu", "nvidia.com/mig-1g.5gb"] {
             let mut ms = sample();
-            ms.spec.gpu_resource = good.to_string();
+            ms.spec.resources.gpu_resource = good.to_string();
             assert!(validate(&ms, "default").is_ok(), "{good}");
         }
     }
@@ -275,8 +285,8 @@ mod tests {
     fn out_of_range_values_from_old_objects_are_caught() {
         let mut ms = sample();
         ms.spec.replicas = 0;
-        ms.spec.port = 70000;
-        ms.spec.gpus = -1;
+        ms.spec.runtime.port = 70000;
+        ms.spec.resources.gpus = -1;
         let err = validate(&ms, "default").expect_err("invalid");
         assert_eq!(err.problems.len(), 3, "{err}");
     }
@@ -305,13 +315,37 @@ mod tests {
     #[test]
     fn bad_quantities_name_the_field() {
         let mut ms = sample();
-        ms.spec.resources = Some(crate::api::ResourceRequests {
-            cpu: None,
-            memory: Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity(
-                "lots".into(),
-            )),
-        });
+        ms.spec.resources.memory = Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity(
+            "lots".into(),
+        ));
         let err = validate(&ms, "default").expect_err("invalid");
         assert!(err.to_string().contains("spec.resources.memory"), "{err}");
+    }
+
+    #[test]
+    fn env_the_preset_sets_is_refused() {
+        let mut ms = sample();
+        ms.spec.runtime.preset = Some(crate::api::Preset::Sglang);
+        ms.spec
+            .runtime
+            .env
+            .push(k8s_openapi::api::core::v1::EnvVar {
+                name: "PORT".into(),
+                value: Some("1".into()),
+                value_from: None,
+            });
+        let err = validate(&ms, "default").expect_err("invalid");
+        assert!(
+            err.to_string()
+                .contains("spec.runtime.env[1].name \"PORT\""),
+            "{err}"
+        );
+        ms.spec.runtime.preset = Some(crate::api::Preset::None);
+        assert!(
+            validate(&ms, "default").is_err(),
+            "none sets MODEL_NAME and PORT too"
+        );
+        ms.spec.runtime.preset = None;
+        assert!(validate(&ms, "default").is_ok(), "no preset sets no env");
     }
 }

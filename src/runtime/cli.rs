@@ -29,6 +29,8 @@ pub enum Command {
     Crd,
     /// Print, offline, the Deployment, Service and HPA the operator would create for a ModelService.
     Render(RenderArgs),
+    /// Convert ModelService manifests offline between API versions (other documents pass through).
+    Convert(ConvertArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -82,6 +84,24 @@ pub struct RenderArgs {
     /// Namespace for documents that do not set one.
     #[arg(short = 'n', long, default_value = "default")]
     pub namespace: String,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ConvertArgs {
+    /// A YAML file of manifests; - reads standard input.
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    pub file: PathBuf,
+    /// The API version to write ModelServices in.
+    #[arg(long, value_enum)]
+    pub to: TargetVersion,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetVersion {
+    #[value(name = "v1beta1")]
+    V1beta1,
+    #[value(name = "v1alpha1")]
+    V1alpha1,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,9 +3,11 @@
 
 pub mod api_requests;
 pub mod cli;
+pub mod convert_manifests;
 pub mod http;
 pub mod leader;
 pub mod logging;
+pub mod manifests;
 pub mod metrics;
 pub mod render;
 pub mod run;

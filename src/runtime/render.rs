@@ -1,30 +1,28 @@
 //! `render -f FILE`: the children of each ModelService in a file, offline,
-//! through exactly the validate and build code that reconcile runs.
+//! through exactly the convert, validate and build code that the webhook and
+//! reconcile run.
 
-use serde::Deserialize;
-
+use super::manifests::{documents, is_model_service};
 use crate::api::ModelService;
+use crate::core::convert::{V1BETA1, convert_object};
 use crate::core::{build_children, validate};
 
-/// Renders every ModelService document of `yaml`. Documents of other kinds
-/// are skipped, so a whole GitOps folder can be piped in.
+/// Renders every ModelService document of `yaml`, in either version.
+/// Documents of other kinds are skipped, so a whole GitOps folder can be
+/// piped in.
 pub fn render(yaml: &str, default_namespace: &str) -> Result<String, String> {
     let mut out = String::new();
     let mut found = 0;
-    for (i, doc) in serde_yaml::Deserializer::from_str(yaml).enumerate() {
-        let value =
-            serde_yaml::Value::deserialize(doc).map_err(|e| format!("document {}: {e}", i + 1))?;
-        if value.is_null() {
-            continue;
-        }
-        if value.get("kind").and_then(|k| k.as_str()) != Some("ModelService") {
+    for doc in documents(yaml)? {
+        if !is_model_service(&doc.value) {
             continue;
         }
         found += 1;
-        let ms: ModelService = serde_yaml::from_value(value)
-            .map_err(|e| format!("document {}: not a valid ModelService: {e}", i + 1))?;
-        let valid =
-            validate(&ms, default_namespace).map_err(|e| format!("document {}: {e}", i + 1))?;
+        let at = doc.position;
+        let beta = convert_object(doc.value, V1BETA1).map_err(|e| format!("document {at}: {e}"))?;
+        let ms: ModelService = serde_json::from_value(beta)
+            .map_err(|e| format!("document {at}: not a valid ModelService: {e}"))?;
+        let valid = validate(&ms, default_namespace).map_err(|e| format!("document {at}: {e}"))?;
         let children = build_children(&valid, None);
         out.push_str(&children.to_yaml().map_err(|e| e.to_string())?);
     }
@@ -38,7 +36,8 @@ pub fn render(yaml: &str, default_namespace: &str) -> Result<String, String> {
 mod tests {
     use super::*;
 
-    const MS: &str = "apiVersion: serving.modelservice.dev/v1alpha1\nkind: ModelService\nmetadata: {name: tiny}\nspec: {model: m, image: i, gpus: 0}\n";
+    const MS: &str = "apiVersion: serving.modelservice.dev/v1beta1\nkind: ModelService\nmetadata: {name: tiny}\nspec: {model: {name: m}, runtime: {image: i}, resources: {gpus: 0}}\n";
+    const ALPHA: &str = "apiVersion: serving.modelservice.dev/v1alpha1\nkind: ModelService\nmetadata: {name: tiny}\nspec: {model: m, image: i, gpus: 0}\n";
 
     #[test]
     fn renders_deployment_and_service_without_a_cluster() {
@@ -53,10 +52,15 @@ mod tests {
     }
 
     #[test]
+    fn both_versions_render_the_same_children() {
+        assert_eq!(render(ALPHA, "team"), render(MS, "team"));
+    }
+
+    #[test]
     fn skips_other_kinds_and_renders_each_modelservice() {
         let two = format!(
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: x}}\n---\n{MS}---\n{}",
-            MS.replace("tiny", "other")
+            ALPHA.replace("tiny", "other")
         );
         let out = render(&two, "default").expect("renders");
         assert_eq!(out.matches("kind: Deployment").count(), 2);
@@ -66,7 +70,7 @@ mod tests {
     fn invalid_specs_fail_with_the_reason() {
         let bad = MS.replace("gpus: 0", "gpus: 0, gpuResource: gpu");
         let err = render(&bad, "default").expect_err("invalid");
-        assert!(err.contains("spec.gpuResource"), "{err}");
+        assert!(err.contains("spec.resources.gpuResource"), "{err}");
         assert!(render("kind: ConfigMap\n", "default").is_err());
     }
 }

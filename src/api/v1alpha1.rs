@@ -1,4 +1,8 @@
-//! The desired state of a ModelService.
+//! `serving.modelservice.dev/v1alpha1`: the first, flat version of the spec.
+//!
+//! Still served (deprecated) so that objects and Git repositories written
+//! against it keep working; it converts losslessly to and from v1beta1
+//! (`core::convert`), which is what the operator reconciles and stores.
 //!
 //! Integers are `i32`: schemars would emit `format: uint32` for unsigned
 //! types, which the API server rejects in a structural schema.
@@ -15,13 +19,12 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use super::status::ModelServiceStatus;
+pub use super::v1beta1::RolloutStrategy;
 
-/// The GPU extended resource requested when `gpuResource` is not set.
-pub const DEFAULT_GPU_RESOURCE: &str = "nvidia.com/gpu";
-/// The port the serving runtime listens on when `port` is not set (vLLM's default).
-pub const DEFAULT_PORT: i32 = 8000;
-/// The per-pod metric the HPA scales on when `autoscaling.metric` is not set.
-pub const DEFAULT_METRIC: &str = "vllm:num_requests_waiting";
+use super::defaults::{
+    default_gpu_resource, default_gpus, default_metric, default_min_replicas, default_port,
+    default_replicas, default_target_queue_length,
+};
 
 /// A model served over HTTP on GPUs: the operator turns it into a Deployment,
 /// a Service and, with `autoscaling`, a HorizontalPodAutoscaler.
@@ -158,16 +161,6 @@ pub struct ResourceRequests {
     pub memory: Option<Quantity>,
 }
 
-/// How pods are replaced when the spec changes.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-pub enum RolloutStrategy {
-    /// Replace pods one at a time, never running more pods than replicas (maxSurge 0, maxUnavailable 1).
-    #[default]
-    RollingUpdate,
-    /// Stop every pod before starting new ones; for models that cannot share a node's GPUs across versions.
-    Recreate,
-}
-
 /// Queue-length based autoscaling.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[x_kube(validation = kube::core::Rule::new("self.maxReplicas >= self.minReplicas").message("autoscaling.maxReplicas must be greater than or equal to autoscaling.minReplicas").field_path(".maxReplicas"))]
@@ -188,26 +181,4 @@ pub struct Autoscaling {
     #[serde(default = "default_metric")]
     #[schemars(length(min = 1))]
     pub metric: String,
-}
-
-fn default_replicas() -> i32 {
-    1
-}
-fn default_port() -> i32 {
-    DEFAULT_PORT
-}
-fn default_gpus() -> i32 {
-    1
-}
-fn default_gpu_resource() -> String {
-    DEFAULT_GPU_RESOURCE.to_string()
-}
-fn default_min_replicas() -> i32 {
-    1
-}
-fn default_target_queue_length() -> i32 {
-    5
-}
-fn default_metric() -> String {
-    DEFAULT_METRIC.to_string()
 }

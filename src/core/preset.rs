@@ -1,0 +1,86 @@
+//! How `model.name` and `runtime.port` reach a serving runtime.
+//!
+//! Runtimes disagree on the flag that names the model, so a preset picks it.
+//! No preset at all means vLLM's flags without the env vars: that is what
+//! v1alpha1 always did, and an object converted from v1alpha1 must keep
+//! exactly the pod template it had, or upgrading the operator would restart
+//! every model.
+
+use k8s_openapi::api::core::v1::EnvVar;
+
+use crate::api::Preset;
+
+/// The env vars every explicit preset sets, so an image's entrypoint can read
+/// them whatever its flags are.
+const PRESET_ENV: &[&str] = &["MODEL_NAME", "PORT"];
+
+/// The arguments that come before `runtime.args`.
+pub fn args(preset: Option<Preset>, model: &str, port: i32) -> Vec<String> {
+    let flag = match preset {
+        None | Some(Preset::Vllm) => "--model",
+        Some(Preset::Sglang) => "--model-path",
+        Some(Preset::Tgi) => "--model-id",
+        Some(Preset::None) => return Vec::new(),
+    };
+    vec![
+        flag.to_string(),
+        model.to_string(),
+        "--port".to_string(),
+        port.to_string(),
+    ]
+}
+
+/// The env var names the preset sets, which `runtime.env` may not repeat.
+pub fn env_names(preset: Option<Preset>) -> &'static [&'static str] {
+    match preset {
+        None => &[],
+        Some(_) => PRESET_ENV,
+    }
+}
+
+/// The env vars that come before `runtime.env`.
+pub fn env(preset: Option<Preset>, model: &str, port: i32) -> Vec<EnvVar> {
+    env_names(preset)
+        .iter()
+        .zip([model.to_string(), port.to_string()])
+        .map(|(name, value)| EnvVar {
+            name: (*name).to_string(),
+            value: Some(value),
+            value_from: None,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_preset_names_the_model_its_own_way() {
+        let a = |p| args(p, "m", 9000).join(" ");
+        assert_eq!(a(None), "--model m --port 9000");
+        assert_eq!(a(Some(Preset::Vllm)), "--model m --port 9000");
+        assert_eq!(a(Some(Preset::Sglang)), "--model-path m --port 9000");
+        assert_eq!(a(Some(Preset::Tgi)), "--model-id m --port 9000");
+        assert_eq!(a(Some(Preset::None)), "");
+    }
+
+    #[test]
+    fn explicit_presets_set_model_name_and_port_and_no_preset_sets_nothing() {
+        assert!(env(None, "m", 8000).is_empty());
+        for p in [Preset::Vllm, Preset::Sglang, Preset::Tgi, Preset::None] {
+            let e: Vec<(String, Option<String>)> = env(Some(p), "m", 8000)
+                .into_iter()
+                .map(|e| (e.name, e.value))
+                .collect();
+            assert_eq!(
+                e,
+                [
+                    ("MODEL_NAME".to_string(), Some("m".to_string())),
+                    ("PORT".to_string(), Some("8000".to_string()))
+                ],
+                "{p:?}"
+            );
+        }
+    }
+}

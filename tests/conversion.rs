@@ -1,0 +1,375 @@
+//! Conversion between v1alpha1 and v1beta1: lossless both ways for every
+//! valid object (property tests), the v1beta1-only fields carried in the
+//! annotation, and the children of an object written in v1alpha1 exactly
+//! what the release before v1beta1 built, so an upgrade restarts no pod.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use k8s_openapi::api::core::v1::{EnvVar, Toleration};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use modelservice_operator::api::{self, v1alpha1};
+use modelservice_operator::core::convert::{
+    ConversionError, FIELDS_ANNOTATION, V1ALPHA1, V1BETA1, convert_object,
+};
+use modelservice_operator::runtime::render::render;
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+fn quantity() -> impl Strategy<Value = Quantity> {
+    prop_oneof![Just("4"), Just("500m"), Just("32Gi"), Just("1.5")].prop_map(|q| Quantity(q.into()))
+}
+
+fn env() -> impl Strategy<Value = Vec<EnvVar>> {
+    prop::collection::vec(
+        ("[A-Z_]{1,8}", proptest::option::of("[a-z0-9/]{0,8}")).prop_map(|(name, value)| EnvVar {
+            name,
+            value,
+            value_from: None,
+        }),
+        0..3,
+    )
+}
+
+fn tolerations() -> impl Strategy<Value = Vec<Toleration>> {
+    prop::collection::vec(
+        ("[a-z./]{1,12}", prop_oneof![Just("Exists"), Just("Equal")]).prop_map(|(key, op)| {
+            Toleration {
+                key: Some(key),
+                operator: Some(op.into()),
+                effect: Some("NoSchedule".into()),
+                ..Toleration::default()
+            }
+        }),
+        0..2,
+    )
+}
+
+fn node_selector() -> impl Strategy<Value = BTreeMap<String, String>> {
+    prop::collection::btree_map("[a-z./]{1,10}", "[a-z0-9]{0,6}", 0..3)
+}
+
+fn strategy() -> impl Strategy<Value = api::RolloutStrategy> {
+    prop_oneof![
+        Just(api::RolloutStrategy::RollingUpdate),
+        Just(api::RolloutStrategy::Recreate)
+    ]
+}
+
+/// Bounds that the schema's CEL rule accepts (max >= min).
+fn bounds() -> impl Strategy<Value = (i32, i32, i32, String)> {
+    (
+        1..=100i32,
+        0..=50i32,
+        1..=20i32,
+        prop_oneof![Just("q"), Just("vllm:num_requests_waiting")],
+    )
+        .prop_map(|(min, extra, t, m)| (min, (min + extra).min(100), t, m.to_string()))
+}
+
+fn metadata() -> impl Strategy<Value = Value> {
+    (
+        "[a-z][a-z0-9-]{0,10}[a-z0-9]",
+        proptest::option::of(prop::collection::btree_map(
+            "[a-z]{1,6}",
+            "[a-z]{0,6}",
+            1..3,
+        )),
+        proptest::option::of(prop::collection::btree_map(
+            "[a-z.]{1,8}/[a-z]{1,6}",
+            "[ -~]{0,12}",
+            1..3,
+        )),
+        1..20i64,
+    )
+        .prop_map(|(name, labels, annotations, generation)| {
+            let mut m = json!({"name": name, "namespace": "ml", "uid": "u-1",
+                "resourceVersion": "42", "generation": generation,
+                "finalizers": ["serving.modelservice.dev/cleanup"]});
+            if let Some(l) = labels {
+                m["labels"] = json!(l);
+            }
+            if let Some(a) = annotations {
+                m["annotations"] = json!(a);
+            }
+            m
+        })
+}
+
+fn status() -> impl Strategy<Value = Option<Value>> {
+    proptest::option::of((0..5i32, 0..5i64).prop_map(|(ready, g)| {
+        json!({"observedGeneration": g, "readyReplicas": ready, "url": "http://m.ml.svc:8000",
+            "conditions": [{"type": "Ready", "status": "False", "reason": "RollingOut",
+                "message": "0/1", "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": g}]})
+    }))
+}
+
+fn alpha_spec() -> impl Strategy<Value = v1alpha1::ModelServiceSpec> {
+    (
+        (
+            "[a-zA-Z0-9/._-]{1,30}",
+            proptest::option::of("[0-9-]{1,10}"),
+            "[a-z0-9/.:-]{1,30}",
+        ),
+        (prop::collection::vec("[ -~]{0,10}", 0..3), env()),
+        (
+            1..=100i32,
+            1..=65535i32,
+            0..=16i32,
+            prop_oneof![Just("nvidia.com/gpu"), Just("amd.com/gpu")],
+        ),
+        (
+            proptest::option::of(quantity()),
+            proptest::option::of(quantity()),
+        ),
+        (
+            node_selector(),
+            tolerations(),
+            strategy(),
+            proptest::option::of(bounds()),
+        ),
+    )
+        .prop_map(
+            |(
+                (model, model_version, image),
+                (args, env),
+                (replicas, port, gpus, gpu_resource),
+                (cpu, memory),
+                (node_selector, tolerations, strategy, autoscaling),
+            )| {
+                v1alpha1::ModelServiceSpec {
+                    model,
+                    model_version,
+                    image,
+                    args,
+                    env,
+                    replicas,
+                    port,
+                    gpus,
+                    gpu_resource: gpu_resource.into(),
+                    // `resources: {}` and no resources mean the same; the typed
+                    // form writes neither for an empty one.
+                    resources: (cpu.is_some() || memory.is_some())
+                        .then_some(v1alpha1::ResourceRequests { cpu, memory }),
+                    node_selector,
+                    tolerations,
+                    strategy,
+                    autoscaling: autoscaling.map(
+                        |(min_replicas, max_replicas, target_queue_length, metric)| {
+                            v1alpha1::Autoscaling {
+                                min_replicas,
+                                max_replicas,
+                                target_queue_length,
+                                metric,
+                            }
+                        },
+                    ),
+                }
+            },
+        )
+}
+
+fn preset() -> impl Strategy<Value = Option<api::Preset>> {
+    proptest::option::of(prop_oneof![
+        Just(api::Preset::Vllm),
+        Just(api::Preset::Sglang),
+        Just(api::Preset::Tgi),
+        Just(api::Preset::None)
+    ])
+}
+
+fn beta_spec() -> impl Strategy<Value = api::ModelServiceSpec> {
+    (alpha_spec(), preset()).prop_map(|(a, preset)| api::ModelServiceSpec {
+        model: api::Model {
+            name: a.model,
+            version: a.model_version,
+        },
+        runtime: api::Runtime {
+            image: a.image,
+            preset,
+            args: a.args,
+            env: a.env,
+            port: a.port,
+        },
+        replicas: a.replicas,
+        resources: api::Resources {
+            gpus: a.gpus,
+            gpu_resource: a.gpu_resource,
+            cpu: a.resources.as_ref().and_then(|r| r.cpu.clone()),
+            memory: a.resources.and_then(|r| r.memory),
+        },
+        scheduling: api::Scheduling {
+            node_selector: a.node_selector,
+            tolerations: a.tolerations,
+        },
+        rollout: api::Rollout {
+            strategy: a.strategy,
+        },
+        autoscaling: a.autoscaling.map(|x| api::Autoscaling {
+            min_replicas: x.min_replicas,
+            max_replicas: x.max_replicas,
+            target_queue_length: x.target_queue_length,
+            metric: x.metric,
+        }),
+    })
+}
+
+fn object(api_version: &str, spec: Value, metadata: Value, status: Option<Value>) -> Value {
+    let mut o = json!({"apiVersion": api_version, "kind": "ModelService", "metadata": metadata, "spec": spec});
+    if let Some(s) = status {
+        o["status"] = s;
+    }
+    o
+}
+
+fn convert(v: Value, to: &str) -> Value {
+    convert_object(v, to).expect("a valid object converts")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn v1alpha1_to_v1beta1_and_back_is_the_identity(spec in alpha_spec(), meta in metadata(), status in status()) {
+        let alpha = object(V1ALPHA1, serde_json::to_value(&spec).expect("spec"), meta, status);
+        let beta = convert(alpha.clone(), V1BETA1);
+        prop_assert!(beta["metadata"]["annotations"].get(FIELDS_ANNOTATION).is_none());
+        let typed: api::ModelService = serde_json::from_value(beta.clone()).expect("a v1beta1 object");
+        prop_assert_eq!(typed.spec.runtime.preset, None, "v1alpha1 reads as the v1alpha1 command line");
+        prop_assert_eq!(convert(beta, V1ALPHA1), alpha);
+    }
+
+    #[test]
+    fn v1beta1_to_v1alpha1_and_back_is_the_identity(spec in beta_spec(), meta in metadata(), status in status()) {
+        let beta = object(V1BETA1, serde_json::to_value(&spec).expect("spec"), meta, status);
+        let alpha = convert(beta.clone(), V1ALPHA1);
+        let typed: v1alpha1::ModelService = serde_json::from_value(alpha.clone()).expect("a v1alpha1 object");
+        prop_assert_eq!(&typed.spec.image, &spec.runtime.image);
+        prop_assert_eq!(
+            alpha["metadata"]["annotations"].get(FIELDS_ANNOTATION).is_some(),
+            spec.runtime.preset.is_some(),
+            "the annotation holds exactly the v1beta1-only fields"
+        );
+        prop_assert_eq!(convert(alpha, V1BETA1), beta);
+    }
+}
+
+fn sglang() -> Value {
+    json!({"apiVersion": V1BETA1, "kind": "ModelService",
+        "metadata": {"name": "m", "namespace": "ml"},
+        "spec": {"model": {"name": "qwen"}, "runtime": {"image": "sglang:1", "preset": "sglang"}}})
+}
+
+#[test]
+fn a_v1beta1_only_field_waits_in_the_annotation_and_comes_back() {
+    let alpha = convert(sglang(), V1ALPHA1);
+    assert_eq!(
+        alpha["metadata"]["annotations"][FIELDS_ANNOTATION],
+        r#"{"runtime":{"preset":"sglang"}}"#
+    );
+    assert_eq!(alpha["spec"], json!({"model": "qwen", "image": "sglang:1"}));
+    let back = convert(alpha, V1BETA1);
+    assert_eq!(back, sglang(), "and the annotation is gone");
+}
+
+#[test]
+fn an_edit_in_v1alpha1_keeps_both_the_edit_and_the_v1beta1_only_fields() {
+    let mut alpha = convert(sglang(), V1ALPHA1);
+    alpha["spec"]["image"] = json!("sglang:2");
+    alpha["metadata"]["annotations"]["team"] = json!("ml");
+    let back = convert(alpha, V1BETA1);
+    assert_eq!(
+        back["spec"]["runtime"],
+        json!({"image": "sglang:2", "preset": "sglang"})
+    );
+    assert_eq!(back["metadata"]["annotations"], json!({"team": "ml"}));
+}
+
+#[test]
+fn kept_fields_of_an_object_removed_in_v1alpha1_go_with_it() {
+    // A v1beta1-only field inside autoscaling (as KEDA's engine will be).
+    let mut beta = sglang();
+    beta["spec"]["autoscaling"] = json!({"maxReplicas": 3, "engine": "KEDA"});
+    let mut alpha = convert(beta, V1ALPHA1);
+    alpha["spec"]
+        .as_object_mut()
+        .expect("spec")
+        .remove("autoscaling");
+    let back = convert(alpha, V1BETA1);
+    assert!(back["spec"].get("autoscaling").is_none(), "{back}");
+    assert_eq!(back["spec"]["runtime"]["preset"], "sglang");
+}
+
+#[test]
+fn a_hand_edited_annotation_never_makes_an_object_unreadable() {
+    let mut alpha = convert(sglang(), V1ALPHA1);
+    alpha["metadata"]["annotations"][FIELDS_ANNOTATION] = json!("not json");
+    let back = convert(alpha, V1BETA1);
+    assert!(back["spec"]["runtime"].get("preset").is_none());
+    assert!(back["metadata"].get("annotations").is_none());
+}
+
+#[test]
+fn odd_stored_objects_still_convert() {
+    let odd = json!({"apiVersion": V1ALPHA1, "kind": "ModelService", "metadata": {"name": "m"},
+        "spec": {"model": 5, "gpus": "two", "resources": "big"}});
+    let beta = convert(odd.clone(), V1BETA1);
+    assert_eq!(beta["spec"]["model"]["name"], 5);
+    assert_eq!(beta["spec"]["resources"]["gpus"], "two");
+    let no_spec =
+        json!({"apiVersion": V1ALPHA1, "kind": "ModelService", "metadata": {"name": "m"}});
+    assert_eq!(convert(no_spec, V1BETA1)["spec"], json!({}));
+}
+
+#[test]
+fn unknown_versions_are_refused_with_a_reason() {
+    assert_eq!(
+        convert_object(sglang(), "serving.modelservice.dev/v2"),
+        Err(ConversionError::UnknownTarget(
+            "serving.modelservice.dev/v2".into()
+        ))
+    );
+    let mut other = sglang();
+    other["apiVersion"] = json!("serving.modelservice.dev/v0");
+    assert!(matches!(
+        convert_object(other, V1ALPHA1),
+        Err(ConversionError::UnknownSource(_))
+    ));
+    assert_eq!(
+        convert_object(json!([1]), V1ALPHA1),
+        Err(ConversionError::NotAnObject)
+    );
+    assert_eq!(
+        convert(sglang(), V1BETA1),
+        sglang(),
+        "same version: unchanged"
+    );
+}
+
+/// `tests/golden/` holds what `render` printed for each v1alpha1 sample at
+/// the last commit before v1beta1. Converted and built by this release, the
+/// children must be the same to the byte: a changed pod template would
+/// restart every model when the operator is upgraded.
+#[test]
+fn v1alpha1_objects_get_exactly_the_children_the_previous_release_built() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut checked = 0;
+    for entry in std::fs::read_dir(root.join("config/samples/v1alpha1")).expect("samples") {
+        let path = entry.expect("entry").path();
+        let stem = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or_default()
+            .to_string();
+        if stem == "kustomization" {
+            continue;
+        }
+        let golden =
+            std::fs::read_to_string(root.join(format!("tests/golden/{stem}.children.yaml")))
+                .unwrap_or_else(|e| panic!("golden file for {stem}: {e}"));
+        let yaml = std::fs::read_to_string(&path).expect("sample");
+        assert_eq!(render(&yaml, "ml").expect("renders"), golden, "{stem}");
+        checked += 1;
+    }
+    assert!(checked >= 4, "{checked} samples checked");
+}
