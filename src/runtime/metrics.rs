@@ -30,6 +30,8 @@ pub struct Metrics {
     events: IntCounterVec,
     api_requests: IntCounterVec,
     watch_errors: IntCounterVec,
+    migration_left: IntGauge,
+    migration_done: IntGauge,
     /// (ready, reason) per namespace/name, to recompute the aggregate gauges.
     states: Mutex<HashMap<(String, String), (bool, String)>>,
 }
@@ -113,6 +115,14 @@ impl Metrics {
             ),
             &["resource", "kind"],
         )?;
+        let migration_left = IntGauge::new(
+            "modelservice_storage_migration_remaining",
+            "ModelServices the storage migration has still to rewrite in the storage version (leader only).",
+        )?;
+        let migration_done = IntGauge::new(
+            "modelservice_storage_migration_complete",
+            "1 once every ModelService is stored in the storage version and older versions are gone from the CRD's storedVersions (leader only).",
+        )?;
         // Both series exist from the start, so "0 not ready" is a reading.
         for label in ["True", "False"] {
             by_ready.with_label_values(&[label]).set(0);
@@ -128,6 +138,8 @@ impl Metrics {
         registry.register(Box::new(by_reason.clone()))?;
         registry.register(Box::new(child_writes.clone()))?;
         registry.register(Box::new(leader.clone()))?;
+        registry.register(Box::new(migration_left.clone()))?;
+        registry.register(Box::new(migration_done.clone()))?;
         Ok(Self {
             registry,
             reconciles,
@@ -141,6 +153,8 @@ impl Metrics {
             events,
             api_requests,
             watch_errors,
+            migration_left,
+            migration_done,
             states: Mutex::new(HashMap::new()),
         })
     }
@@ -173,6 +187,11 @@ impl Metrics {
         self.api_requests
             .with_label_values(&[verb, resource, code])
             .inc();
+    }
+
+    pub fn storage_migration(&self, remaining: i64, complete: bool) {
+        self.migration_left.set(remaining);
+        self.migration_done.set(i64::from(complete));
     }
 
     pub fn set_leader(&self, leader: bool) {

@@ -13,4 +13,5 @@ pub mod render;
 pub mod run;
 pub mod shutdown;
 pub mod startup;
+pub mod storage_migration;
 pub mod watches;

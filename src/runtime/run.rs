@@ -19,7 +19,7 @@ use super::leader::{self, ElectionConfig};
 use super::metrics::Metrics;
 use super::shutdown::Shutdown;
 use super::startup::{self, StartupError};
-use super::watches;
+use super::{storage_migration, watches};
 use crate::api::ModelService;
 use crate::controller::context::synced;
 use crate::controller::events::Events;
@@ -138,6 +138,17 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
         ),
         None => None,
     };
+
+    // Migration lists and rewrites every ModelService, and edits the CRD: an
+    // operator confined to one namespace sees too little to finish it.
+    if ns.is_none() {
+        tokio::spawn(storage_migration::run(
+            client.clone(),
+            leadership.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+        ));
+    }
 
     let (dep_store, dep_writer) = reflector::store::<LeanDeployment>();
     let (svc_store, svc_writer) = reflector::store::<LeanService>();

@@ -16,10 +16,22 @@ use fake_apiserver::FakeApiServer;
 use fake_apiserver::simulator::{ClusterShape, Simulator};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use modelservice_operator::api::ModelService;
+use modelservice_operator::core::convert::{V1ALPHA1, V1BETA1, convert_object};
 use serde_json::{Value, json};
+
+/// The API version the scenarios write ModelServices in:
+/// `MODELSERVICE_E2E_API_VERSION=v1alpha1` runs them all through the
+/// deprecated version (and so through conversion); v1beta1 otherwise. The
+/// operator always reads v1beta1.
+pub fn api_version() -> &'static str {
+    match std::env::var("MODELSERVICE_E2E_API_VERSION").as_deref() {
+        Ok("v1alpha1") => V1ALPHA1,
+        _ => V1BETA1,
+    }
+}
 
 /// Whether the suite runs against a real cluster.
 pub fn real_cluster() -> bool {
@@ -109,16 +121,48 @@ impl Env {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
 
+    /// A ModelService document in the API version this run writes (see
+    /// [`api_version`]), from a spec in the v1alpha1 shape that the
+    /// scenarios are written in: converted by the operator's own code, so
+    /// every scenario runs in either version.
+    pub fn ms_object(&self, name: &str, spec: Value) -> Value {
+        let ms = json!({"apiVersion": V1ALPHA1, "kind": "ModelService",
+            "metadata": {"name": name, "namespace": self.namespace}, "spec": spec});
+        convert_object(ms, api_version()).expect("test specs convert")
+    }
+
+    /// ModelServices at the URL of the version this run writes.
+    pub fn ms_api(&self) -> Api<DynamicObject> {
+        let (group, version) = api_version().split_once('/').expect("group/version");
+        let gvk = GroupVersionKind::gvk(group, version, "ModelService");
+        Api::namespaced_with(
+            self.client.clone(),
+            &self.namespace,
+            &ApiResource::from_gvk_with_plural(&gvk, "modelservices"),
+        )
+    }
+
+    /// Server-side applies a ModelService (a spec in the v1alpha1 shape) as
+    /// `pp`'s field manager, in this run's version, and returns it as the
+    /// operator reads it (v1beta1).
+    pub async fn try_apply_ms(
+        &self,
+        name: &str,
+        spec: Value,
+        pp: &PatchParams,
+    ) -> Result<ModelService, kube::Error> {
+        let applied = self
+            .ms_api()
+            .patch(name, pp, &Patch::Apply(&self.ms_object(name, spec)))
+            .await?;
+        let value = serde_json::to_value(applied).expect("object serializes");
+        Ok(serde_json::from_value(convert_object(value, V1BETA1).expect("converts"))
+            .expect("a ModelService"))
+    }
+
     /// Applies a ModelService as a user or GitOps tool would (its own field manager).
     pub async fn apply_ms(&self, name: &str, spec: Value) -> ModelService {
-        let ms = json!({"apiVersion": "serving.modelservice.dev/v1alpha1", "kind": "ModelService",
-            "metadata": {"name": name, "namespace": self.namespace}, "spec": spec});
-        self.api::<ModelService>()
-            .patch(
-                name,
-                &PatchParams::apply("e2e-user").force(),
-                &Patch::Apply(&ms),
-            )
+        self.try_apply_ms(name, spec, &PatchParams::apply("e2e-user").force())
             .await
             .expect("apply ModelService")
     }
@@ -146,7 +190,11 @@ async fn install_crd(client: &Client) {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/modelservice.yaml"),
     )
     .expect("crds/modelservice.yaml");
-    let crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("crd parses");
+    let mut crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("crd parses");
+    // The conversion stanza belongs to whoever serves the webhook (see
+    // `shared_webhook`); one the installer owned would be forced back to
+    // the manifest's Service on every install, beside that webhook's URL.
+    crd.spec.conversion = None;
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     api.patch(
         "modelservices.serving.modelservice.dev",

@@ -180,16 +180,9 @@ async fn names_that_cannot_name_the_children_are_refused() {
         return;
     }
     let env = Env::new().await;
-    let api = env.api::<ModelService>();
     for bad in ["7b-llama".to_string(), "a".repeat(70)] {
-        let ms = serde_json::json!({"apiVersion": "serving.modelservice.dev/v1alpha1", "kind": "ModelService",
-            "metadata": {"name": bad, "namespace": env.namespace}, "spec": cpu_spec()});
-        let err = api
-            .patch(
-                &bad,
-                &kube::api::PatchParams::apply("e2e-user"),
-                &kube::api::Patch::Apply(&ms),
-            )
+        let err = env
+            .try_apply_ms(&bad, cpu_spec(), &kube::api::PatchParams::apply("e2e-user"))
             .await
             .expect_err("a name that cannot name a Service must be refused");
         assert!(err.to_string().contains("metadata.name"), "{bad}: {err}");

@@ -194,12 +194,9 @@ async fn every_watched_kind_is_heard_after_an_etcd_restart() {
 /// Applies like `Env::apply_ms`, but rides out an outage: a person or a GitOps
 /// tool retries too.
 async fn apply_retrying(env: &Env, name: &str, spec: serde_json::Value) {
-    let ms = json!({"apiVersion": "serving.modelservice.dev/v1alpha1", "kind": "ModelService",
-        "metadata": {"name": name, "namespace": env.namespace}, "spec": spec});
     let pp = kube::api::PatchParams::apply("e2e-user").force();
     wait_for(&format!("applying {name}"), CONVERGE, || async {
-        env.api::<ModelService>()
-            .patch(name, &pp, &kube::api::Patch::Apply(&ms))
+        env.try_apply_ms(name, spec.clone(), &pp)
             .await
             .ok()
             .map(|_| ())
