@@ -9,6 +9,7 @@
 //! request counters, fault injection, dropped watches, pauses and restarts.
 //! See README.md for what is modelled and what is not.
 
+mod convert;
 mod counts;
 mod defaults;
 mod faults;
@@ -36,7 +37,8 @@ mod watch;
 pub use counts::{RequestCounts, Verb};
 pub use faults::FailRule;
 pub use resources::{
-    NameRule, ResourceInfo, ScalePaths, SelectorSource, default_resources, model_service,
+    Converter, NameRule, ResourceInfo, ScalePaths, SelectorSource, default_resources,
+    model_service, sort_by_priority,
 };
 pub use server::{Builder, FakeApiServer};
 pub use store::{ChangeEvent, EventType};

@@ -6,6 +6,27 @@
 //! know per type whether status/scale subresources exist, which decides how
 //! writes and `metadata.generation` behave.
 
+use std::sync::Arc;
+
+use serde_json::Value;
+
+/// A custom resource's conversion, as its CRD's conversion webhook does it:
+/// takes an object and the desired `apiVersion` (e.g.
+/// `serving.modelservice.dev/v1alpha1`) and returns the object in that
+/// version, or the message a failing webhook answers with. It is called
+/// with the store locked, so it must not call the server.
+pub type Converter = Arc<dyn Fn(Value, &str) -> Result<Value, String> + Send + Sync>;
+
+/// Wraps the hook so that [`ResourceInfo`] stays `Debug`.
+#[derive(Clone)]
+struct Hook(Converter);
+
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Converter")
+    }
+}
+
 /// Where the `/scale` subresource reads and writes its numbers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ScalePaths {
@@ -46,7 +67,12 @@ pub enum NameRule {
 pub struct ResourceInfo {
     /// API group, `""` for the core group.
     pub group: String,
-    pub version: String,
+    /// Served versions. Several only for a custom resource whose CRD serves
+    /// more than one; they share the objects, which are kept at
+    /// `storage_version` and converted for every other version.
+    pub versions: Vec<String>,
+    /// The version objects are stored in (the CRD version with `storage: true`).
+    pub storage_version: String,
     /// Lower-case plural used in URLs.
     pub plural: String,
     pub kind: String,
@@ -61,6 +87,9 @@ pub struct ResourceInfo {
     pub name_rule: NameRule,
     /// Extra `fieldSelector` fields beyond metadata.name/metadata.namespace.
     pub field_selectors: Vec<String>,
+    /// `None`: conversion only rewrites `apiVersion`, as for a CRD with
+    /// `conversion.strategy: None`.
+    converter: Option<Hook>,
 }
 
 impl ResourceInfo {
@@ -68,7 +97,8 @@ impl ResourceInfo {
     pub fn new(group: &str, version: &str, plural: &str, kind: &str) -> Self {
         ResourceInfo {
             group: group.to_string(),
-            version: version.to_string(),
+            versions: vec![version.to_string()],
+            storage_version: version.to_string(),
             plural: plural.to_string(),
             kind: kind.to_string(),
             namespaced: true,
@@ -78,6 +108,7 @@ impl ResourceInfo {
             custom: false,
             name_rule: NameRule::Subdomain,
             field_selectors: Vec::new(),
+            converter: None,
         }
     }
 
@@ -105,6 +136,53 @@ impl ResourceInfo {
         self
     }
 
+    /// Serves `served` (in the CRD's order), storing objects in `storage`
+    /// (which, as in a CRD, need not be served).
+    pub fn with_versions(mut self, served: &[&str], storage: &str) -> Self {
+        self.versions = served.iter().map(|v| v.to_string()).collect();
+        self.storage_version = storage.to_string();
+        self
+    }
+
+    /// Converts between versions with `hook`, like a CRD with a conversion
+    /// webhook.
+    pub fn with_converter(mut self, hook: Converter) -> Self {
+        self.converter = Some(Hook(hook));
+        self
+    }
+
+    /// Back to conversion that only rewrites `apiVersion`.
+    pub fn without_converter(mut self) -> Self {
+        self.converter = None;
+        self
+    }
+
+    pub fn converter(&self) -> Option<&Converter> {
+        self.converter.as_ref().map(|h| &h.0)
+    }
+
+    pub fn serves(&self, version: &str) -> bool {
+        self.versions.iter().any(|v| v == version)
+    }
+
+    /// Whether objects can be converted to `api_version`: a served version
+    /// or the storage version, as the CRD's conversion accepts any version
+    /// the CRD declares.
+    pub fn converts_to(&self, api_version: &str) -> bool {
+        self.versions
+            .iter()
+            .chain(std::iter::once(&self.storage_version))
+            .any(|v| self.api_version_at(v) == api_version)
+    }
+
+    /// The served versions, highest priority first: the order in which
+    /// discovery lists them (the first is the preferred version).
+    pub fn versions_by_priority(&self) -> Vec<String> {
+        let mut v = self.versions.clone();
+        sort_by_priority(&mut v);
+        v
+    }
+
     pub fn with_generation(mut self) -> Self {
         self.generation = true;
         self
@@ -120,12 +198,18 @@ impl ResourceInfo {
         self
     }
 
-    /// `v1` or `group/version`, as written in objects' `apiVersion`.
+    /// `v1` or `group/version` of the storage version, as written in stored
+    /// objects' `apiVersion`.
     pub fn api_version(&self) -> String {
+        self.api_version_at(&self.storage_version)
+    }
+
+    /// `apiVersion` of `version` of this type.
+    pub fn api_version_at(&self, version: &str) -> String {
         if self.group.is_empty() {
-            self.version.clone()
+            version.to_string()
         } else {
-            format!("{}/{}", self.group, self.version)
+            format!("{}/{version}", self.group)
         }
     }
 
@@ -184,14 +268,50 @@ impl ResKey {
     }
 }
 
-/// The ModelService CRD as the operator declares it.
+/// Orders versions as the API server's discovery does (Kubernetes-aware:
+/// GA before beta before alpha, higher numbers first, anything not shaped
+/// like `v1beta2` last, alphabetically), which is how a CRD's preferred
+/// version is chosen, whatever the order of its version list.
+pub fn sort_by_priority(versions: &mut [String]) {
+    versions.sort_by(|a, b| match (kube_version(a), kube_version(b)) {
+        (Some(x), Some(y)) => y.cmp(&x),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => a.cmp(b),
+    });
+}
+
+/// `(stability, major, minor)` of `v2`, `v1beta1`, `v1alpha3`; stability
+/// 2 = GA, 1 = beta, 0 = alpha; a bigger tuple has the higher priority.
+fn kube_version(v: &str) -> Option<(u8, u64, u64)> {
+    let rest = v.strip_prefix('v')?;
+    let digits = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    let major: u64 = rest[..digits].parse().ok()?;
+    let tail = &rest[digits..];
+    let (stability, minor) = if tail.is_empty() {
+        (2, 0)
+    } else if let Some(n) = tail.strip_prefix("beta") {
+        (1, n.parse().ok()?)
+    } else if let Some(n) = tail.strip_prefix("alpha") {
+        (0, n.parse().ok()?)
+    } else {
+        return None;
+    };
+    Some((stability, major, minor))
+}
+
+/// The ModelService CRD: `v1beta1` is the storage version, `v1alpha1` is
+/// still served.
 pub fn model_service() -> ResourceInfo {
     ResourceInfo::custom(
         "serving.modelservice.dev",
-        "v1alpha1",
+        "v1beta1",
         "modelservices",
         "ModelService",
     )
+    .with_versions(&["v1beta1", "v1alpha1"], "v1beta1")
     .with_status()
     .with_scale(ScalePaths {
         spec_replicas: "spec.replicas".into(),
@@ -290,4 +410,27 @@ pub fn default_resources() -> Vec<ResourceInfo> {
         .with_status()
         .with_generation(),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_sort_like_kube_discovery() {
+        let mut v: Vec<String> = [
+            "v1alpha1", "v1beta1", "v2", "foo", "v1", "v11beta2", "v10beta3",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        sort_by_priority(&mut v);
+        assert_eq!(
+            v,
+            [
+                "v2", "v1", "v11beta2", "v10beta3", "v1beta1", "v1alpha1", "foo"
+            ]
+        );
+        assert_eq!(model_service().versions_by_priority()[0], "v1beta1");
+    }
 }

@@ -10,7 +10,7 @@ use tokio::sync::{Notify, broadcast};
 
 use crate::counts::RequestCounts;
 use crate::faults::FailRule;
-use crate::resources::{ResKey, ResourceInfo, default_resources};
+use crate::resources::{Converter, ResKey, ResourceInfo, default_resources};
 use crate::shared::Shared;
 use crate::store::{ChangeEvent, Store};
 
@@ -70,6 +70,16 @@ impl Builder {
     pub fn with_resource(mut self, info: ResourceInfo) -> Self {
         self.resources.retain(|r| r.key() != info.key());
         self.resources.push(info);
+        self
+    }
+
+    /// Converts the versions of a type (`plural` or `plural.group`) with
+    /// `hook`, as the CRD's conversion webhook would; without one,
+    /// conversion only rewrites `apiVersion` (`strategy: None`).
+    pub fn with_converter(mut self, name: &str, hook: Converter) -> Self {
+        for r in self.resources.iter_mut().filter(|r| matches_name(r, name)) {
+            *r = r.clone().with_converter(hook.clone());
+        }
         self
     }
 
@@ -243,6 +253,31 @@ impl FakeApiServer {
         self.shared().lock().install(info);
     }
 
+    /// Replaces (`None`: removes) the conversion hook of a type, by `plural`
+    /// or `plural.group`, keeping its objects — like editing the CRD's
+    /// `conversion` stanza, or its webhook starting or stopping to fail.
+    /// Returns whether any type matched.
+    pub fn set_converter(&self, name: &str, hook: Option<Converter>) -> bool {
+        let mut store = self.shared().lock();
+        let infos: Vec<ResourceInfo> = store
+            .resources
+            .values()
+            .filter(|s| matches_name(&s.info, name))
+            .map(|s| {
+                let info = (*s.info).clone();
+                match &hook {
+                    Some(h) => info.with_converter(h.clone()),
+                    None => info.without_converter(),
+                }
+            })
+            .collect();
+        let found = !infos.is_empty();
+        for info in infos {
+            store.install(info);
+        }
+        found
+    }
+
     /// Removes a type by `plural` or `plural.group`, deleting its objects
     /// and ending its watches (like deleting a CRD). Returns whether any
     /// type was removed.
@@ -257,7 +292,8 @@ impl FakeApiServer {
         keys.iter().filter(|k| store.uninstall(k)).count() > 0
     }
 
-    /// The stored object, if any (`ns` is `""` for cluster-scoped types).
+    /// The stored object, if any (`ns` is `""` for cluster-scoped types), at
+    /// the storage version.
     pub fn get_object(&self, group: &str, plural: &str, ns: &str, name: &str) -> Option<Value> {
         let key = crate::store::ObjKey {
             res: ResKey::new(group, plural),
@@ -267,7 +303,8 @@ impl FakeApiServer {
         self.shared().lock().get(&key).map(|o| (*o).clone())
     }
 
-    /// Every stored object of a type, ordered by namespace and name.
+    /// Every stored object of a type, ordered by namespace and name, at the
+    /// storage version.
     pub fn list_objects(&self, group: &str, plural: &str) -> Vec<Value> {
         let store = self.shared().lock();
         store

@@ -10,7 +10,9 @@
 //! * selectors: an object that stops matching arrives as DELETED, one that
 //!   starts matching as ADDED;
 //! * periodic BOOKMARKs when asked for, closing after `timeoutSeconds`, and
-//!   disconnection of watchers too slow to keep up.
+//!   disconnection of watchers too slow to keep up;
+//! * objects at the watch's version (converted from the storage version;
+//!   a failed conversion ends the watch with an ERROR event).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -222,7 +224,7 @@ impl Watcher {
                 "meta.k8s.io/v1".to_string(),
             )
         } else {
-            (self.ctx.info.kind.clone(), self.ctx.info.api_version())
+            (self.ctx.info.kind.clone(), self.ctx.api_version.clone())
         };
         watch_line(
             "BOOKMARK",
@@ -239,41 +241,73 @@ impl Watcher {
         }
     }
 
-    /// The shared pre-serialized line, unless this watcher needs its own.
-    fn shared_line(&self, ev: &Event) -> Bytes {
-        if self.partial {
-            self.render(ev.kind.as_str(), &ev.object)
-        } else {
-            ev.line()
-        }
+    /// Whether `obj` is already at this watcher's version.
+    fn at_my_version(&self, obj: &Value) -> bool {
+        obj.get("apiVersion").and_then(Value::as_str) == Some(self.ctx.api_version.as_str())
     }
 
-    /// The line this watcher must see for `ev`, if any.
-    fn line_for(&self, ev: &Event) -> Option<Bytes> {
+    /// The event's object at this watcher's version.
+    fn object_of(&self, ev: &Event) -> Result<Arc<Value>, ApiError> {
+        if self.at_my_version(&ev.object) {
+            return Ok(ev.object.clone());
+        }
+        Ok(ev
+            .view(&self.ctx.api_version, |o| self.ctx.to_request(o))?
+            .object
+            .clone())
+    }
+
+    /// The event as it happened, pre-serialized and shared with the other
+    /// watchers of this version unless this watcher needs its own.
+    fn shared_line(&self, ev: &Event) -> Result<Bytes, ApiError> {
+        if self.partial {
+            return Ok(self.render(ev.kind.as_str(), &*self.object_of(ev)?));
+        }
+        if self.at_my_version(&ev.object) {
+            return Ok(ev.line());
+        }
+        let view = ev.view(&self.ctx.api_version, |o| self.ctx.to_request(o))?;
+        Ok(view.line(ev.kind))
+    }
+
+    /// The line this watcher must see for `ev`, if any. Selectors are
+    /// evaluated on the stored objects.
+    fn line_for(&self, ev: &Event) -> Result<Option<Bytes>, ApiError> {
         let now = self.filter.matches(&ev.object);
         let before = ev.prev.as_deref().is_some_and(|p| self.filter.matches(p));
-        match (ev.kind, before, now) {
-            (EventType::Added, _, true) => Some(self.shared_line(ev)),
-            (EventType::Modified, true, true) => Some(self.shared_line(ev)),
-            (EventType::Modified, false, true) => Some(self.render("ADDED", &ev.object)),
+        Ok(match (ev.kind, before, now) {
+            (EventType::Added, _, true) => Some(self.shared_line(ev)?),
+            (EventType::Modified, true, true) => Some(self.shared_line(ev)?),
+            (EventType::Modified, false, true) => Some(self.render("ADDED", &*self.object_of(ev)?)),
             (EventType::Modified, true, false) => {
                 // The previous state, stamped with this event's version.
-                let mut prev = ev.prev.as_deref().cloned().unwrap_or(Value::Null);
+                let mut prev = match &ev.prev {
+                    Some(p) => (*self.ctx.to_request(p)?).clone(),
+                    None => Value::Null,
+                };
                 meta::meta_mut(&mut prev)
                     .insert("resourceVersion".into(), json!(ev.rv.to_string()));
                 Some(self.render("DELETED", &prev))
             }
-            (EventType::Deleted, b, n) if b || n => Some(self.shared_line(ev)),
+            (EventType::Deleted, b, n) if b || n => Some(self.shared_line(ev)?),
             _ => None,
-        }
+        })
+    }
+
+    /// Ends the stream with an ERROR event carrying `e`'s Status.
+    async fn fail(&self, e: ApiError) -> Closed {
+        let _ = self.send(watch_line("ERROR", &e.to_status())).await;
+        Closed
     }
 
     async fn deliver(&mut self, ev: &Event) -> Result<(), Closed> {
         if ev.rv <= self.last_rv {
             return Ok(());
         }
-        if let Some(line) = self.line_for(ev) {
-            self.send(line).await?;
+        match self.line_for(ev) {
+            Ok(Some(line)) => self.send(line).await?,
+            Ok(None) => {}
+            Err(e) => return Err(self.fail(e).await),
         }
         self.last_rv = ev.rv;
         Ok(())
@@ -290,7 +324,10 @@ impl Watcher {
         deadline: Instant,
     ) -> Result<(), Closed> {
         for obj in std::mem::take(&mut start.initial) {
-            self.send(self.render("ADDED", &obj)).await?;
+            match self.ctx.to_request(&obj) {
+                Ok(obj) => self.send(self.render("ADDED", &obj)).await?,
+                Err(e) => return Err(self.fail(e).await),
+            }
         }
         if start.end_bookmark {
             self.send(self.bookmark(true)).await?;

@@ -4,13 +4,13 @@
 //! discovery is generated from the resource table so an uninstalled CRD
 //! disappears from it just like from a real server.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use crate::resources::ResourceInfo;
+use crate::resources::{ResourceInfo, sort_by_priority};
 use crate::status::{json_response, page_not_found};
 
 const VERBS: &[&str] = &[
@@ -55,6 +55,27 @@ fn resource_entries(info: &ResourceInfo) -> Vec<Value> {
     out
 }
 
+/// A group's versions (every version any of its types serves) in
+/// Kubernetes-aware priority order; the first is the preferred version, as
+/// the apiextensions server picks it for a CRD's group.
+fn group_entry(group: &str, infos: &[ResourceInfo]) -> Value {
+    let mut versions: Vec<String> = Vec::new();
+    for i in infos.iter().filter(|i| i.group == group) {
+        for v in &i.versions {
+            if !versions.contains(v) {
+                versions.push(v.clone());
+            }
+        }
+    }
+    sort_by_priority(&mut versions);
+    let entries: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
+        .collect();
+    let preferred = entries.first().cloned().unwrap_or_else(|| json!({}));
+    json!({"name": group, "versions": entries, "preferredVersion": preferred})
+}
+
 /// Answers a non-resource path, or `None` if `path` is a resource URL.
 pub fn serve(path: &str, infos: &[ResourceInfo]) -> Option<Response> {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -72,24 +93,19 @@ pub fn serve(path: &str, infos: &[ResourceInfo]) -> Option<Response> {
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1:6443"}],
         })),
         ["apis"] => {
-            let mut groups: BTreeMap<&str, &str> = BTreeMap::new();
-            for i in infos.iter().filter(|i| !i.group.is_empty()) {
-                groups.insert(&i.group, &i.version);
-            }
-            let list: Vec<Value> = groups
+            let groups: BTreeSet<&str> = infos
                 .iter()
-                .map(|(g, v)| {
-                    let gv = json!({"groupVersion": format!("{g}/{v}"), "version": v});
-                    json!({"name": g, "versions": [gv.clone()], "preferredVersion": gv})
-                })
+                .filter(|i| !i.group.is_empty())
+                .map(|i| i.group.as_str())
                 .collect();
+            let list: Vec<Value> = groups.iter().map(|g| group_entry(g, infos)).collect();
             ok(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": list}))
         }
         ["api", v] | ["apis", _, v] => {
             let group = if segs[0] == "api" { "" } else { segs[1] };
             let resources: Vec<Value> = infos
                 .iter()
-                .filter(|i| i.group == group && i.version == *v)
+                .filter(|i| i.group == group && i.serves(v))
                 .flat_map(resource_entries)
                 .collect();
             if resources.is_empty() {
@@ -105,13 +121,15 @@ pub fn serve(path: &str, infos: &[ResourceInfo]) -> Option<Response> {
             )
         }
         ["apis", g] => {
-            let Some(i) = infos.iter().find(|i| i.group == *g) else {
+            if !infos.iter().any(|i| i.group == *g) {
                 return Some(page_not_found());
-            };
-            let gv = json!({"groupVersion": format!("{g}/{}", i.version), "version": i.version});
-            ok(
-                json!({"kind": "APIGroup", "apiVersion": "v1", "name": g, "versions": [gv.clone()], "preferredVersion": gv}),
-            )
+            }
+            let mut group = group_entry(g, infos);
+            if let Some(m) = group.as_object_mut() {
+                m.insert("kind".into(), json!("APIGroup"));
+                m.insert("apiVersion".into(), json!("v1"));
+            }
+            ok(group)
         }
         _ => None,
     }

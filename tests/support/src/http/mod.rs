@@ -190,7 +190,7 @@ async fn handle(
         let store = shared.lock();
         store
             .info(&target.group, &target.plural)
-            .filter(|i| i.version == target.version)
+            .filter(|i| i.serves(&target.version))
     };
     let Some(info) = info else {
         return page_not_found();
@@ -232,7 +232,7 @@ fn dispatch(
     }
     let (manager, manager_given) = manager_of(q, headers);
     let ns = t.namespace.clone().unwrap_or_default();
-    let mut ctx = Ctx::new(info.clone(), &ns, sub, &manager);
+    let mut ctx = Ctx::new(info.clone(), &ns, sub, &manager).at_version(&t.version);
     ctx.manager_given = manager_given;
     ctx.dry_run = q.dry_run();
     let name = t.name.clone().unwrap_or_default();
@@ -255,7 +255,8 @@ fn dispatch(
                 Some(token) => shared.pages.resume(token)?,
                 None => {
                     let filter = filter_of(&info, t.namespace.as_deref(), None, q)?;
-                    read::list(&shared.lock(), &ctx, &filter)
+                    let stored = read::list(&shared.lock(), &ctx, &filter);
+                    stored.at_request_version(&ctx)?
                 }
             };
             let limit = q
@@ -362,7 +363,7 @@ fn dispatch(
             drop(store);
             let list = json!({
                 "kind": format!("{}List", info.kind),
-                "apiVersion": info.api_version(),
+                "apiVersion": ctx.api_version,
                 "metadata": {"resourceVersion": rv.to_string()},
                 "items": items.iter().map(|i| (**i).clone()).collect::<Vec<_>>(),
             });

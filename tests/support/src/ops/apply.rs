@@ -34,10 +34,10 @@ fn restrict(ctx: &Ctx, name: &str, mut config: Value) -> Result<Value, ApiError>
             Value::Object(m.clone())
         )));
     }
-    if av != info.api_version() || kind != info.kind {
+    if av != ctx.api_version || kind != info.kind {
         return Err(ApiError::bad_request(format!(
             "the API version in the data ({av}) does not match the expected API version ({})",
-            info.api_version()
+            ctx.api_version
         )));
     }
     let body_name = meta::name(&config).to_string();
@@ -114,12 +114,16 @@ pub fn apply(
         });
     }
     let config = restrict(ctx, name, parse_body(body)?)?;
+    let views = ctx.views();
     let params = ApplyParams {
         manager: &ctx.manager,
         force,
         api_version: &ctx.api_version,
         subresource: ctx.sub.as_str(),
+        views: &views,
     };
+    // Apply works on the object at the request's version; `finish_update`
+    // converts the result back to storage.
     match store.get(&ctx.key(name)) {
         None => {
             if ctx.sub != Sub::Main {
@@ -139,9 +143,10 @@ pub fn apply(
                 created: true,
             })
         }
-        Some(old) => {
-            let merged = ssa_apply(Some(&old), &config, &params)?;
-            let object = finish_update(store, ctx, &old, merged, Tracking::Applied)?;
+        Some(_) => {
+            let cur = ctx.load(store, name)?;
+            let merged = ssa_apply(Some(&cur.view), &config, &params)?;
+            let object = finish_update(store, ctx, &cur, merged, Tracking::Applied)?;
             Ok(Patched {
                 object,
                 created: false,

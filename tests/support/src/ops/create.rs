@@ -23,7 +23,7 @@ pub enum Ownership {
 
 fn check_type(ctx: &Ctx, obj: &Value) -> Result<(), ApiError> {
     let info = &ctx.info;
-    let want_av = info.api_version();
+    let want_av = &ctx.api_version;
     match obj.get("apiVersion").and_then(Value::as_str) {
         Some(av) if av != want_av => {
             return Err(ApiError::bad_request(format!(
@@ -53,7 +53,7 @@ pub fn prepare(store: &Store, ctx: &Ctx, mut obj: Value) -> Result<(ObjKey, Valu
     }
     check_type(ctx, &obj)?;
     if let Some(m) = obj.as_object_mut() {
-        m.insert("apiVersion".into(), json!(info.api_version()));
+        m.insert("apiVersion".into(), json!(ctx.api_version));
         m.insert("kind".into(), json!(info.kind));
     }
     if !meta::resource_version(&obj).is_empty() {
@@ -186,7 +186,9 @@ fn initial_status(info: &crate::resources::ResourceInfo, obj: &mut Value) {
     }
 }
 
-/// Creates an object (201 semantics); with `dry_run` nothing is stored.
+/// Creates an object (201 semantics) from a body at the request's version,
+/// storing it at the storage version; returns it at the request's version.
+/// With `dry_run` nothing is stored.
 pub fn create(
     store: &mut Store,
     ctx: &Ctx,
@@ -195,10 +197,13 @@ pub fn create(
 ) -> Result<Arc<Value>, ApiError> {
     let (key, mut obj) = prepare(store, ctx, body)?;
     if ownership == Ownership::Creator {
-        track_update(None, &mut obj, &ctx.writer());
+        let views = ctx.views();
+        track_update(None, &mut obj, &ctx.writer(&views))?;
     }
+    let obj = ctx.to_storage(obj)?;
     if ctx.dry_run {
-        return Ok(Arc::new(obj));
+        return ctx.to_request(&Arc::new(obj));
     }
-    Ok(store.commit(&key, obj))
+    let stored = store.commit(&key, obj);
+    ctx.to_request(&stored)
 }

@@ -189,33 +189,51 @@ fn orphan_dependents(store: &mut Store, uid: &str) {
     }
 }
 
-/// DELETE of one object through the API.
+impl Deleted {
+    /// The same outcome with the object at the request's version.
+    fn at_request_version(self, ctx: &Ctx) -> Result<Deleted, ApiError> {
+        Ok(match self {
+            Deleted::Removed(o) => Deleted::Removed(ctx.to_request(&o)?),
+            Deleted::Terminating(o) => Deleted::Terminating(ctx.to_request(&o)?),
+        })
+    }
+}
+
+/// DELETE of one object through the API. The object is read at the
+/// request's version first, as a real server reads it, so a failing
+/// conversion fails the delete before anything changes.
 pub fn delete(
     store: &mut Store,
     ctx: &Ctx,
     name: &str,
     opts: &DeleteOpts,
 ) -> Result<Deleted, ApiError> {
-    delete_object(store, &ctx.key(name), opts)
+    ctx.load(store, name)?;
+    delete_object(store, &ctx.key(name), opts)?.at_request_version(ctx)
 }
 
-/// DELETE on a collection: deletes every matching object, returns them.
+/// DELETE on a collection: deletes every matching object, returns them at
+/// the request's version. All are converted before any is deleted, as the
+/// real server lists them first.
 pub fn delete_collection(
     store: &mut Store,
     ctx: &Ctx,
     filter: &crate::selector::Filter,
     opts: &DeleteOpts,
 ) -> Result<Vec<Arc<Value>>, ApiError> {
-    let snapshot = super::read::list(store, ctx, filter);
+    let items = super::read::matching(store, ctx, filter);
+    for obj in &items {
+        ctx.to_request(obj)?;
+    }
     let mut out = Vec::new();
-    for obj in snapshot.items {
+    for obj in items {
         let key = ObjKey {
             res: ctx.info.key(),
             namespace: meta::namespace(&obj).to_string(),
             name: meta::name(&obj).to_string(),
         };
         match delete_object(store, &key, opts) {
-            Ok(Deleted::Removed(o) | Deleted::Terminating(o)) => out.push(o),
+            Ok(Deleted::Removed(o) | Deleted::Terminating(o)) => out.push(ctx.to_request(&o)?),
             Err(e) if e.code == 404 => {}
             Err(e) => return Err(e),
         }

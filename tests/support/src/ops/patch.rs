@@ -10,7 +10,8 @@ use crate::patch::{BUILTIN_ACCEPTED, CUSTOM_ACCEPTED, PatchType, apply_patch};
 use crate::status::{ApiError, FieldError};
 use crate::store::Store;
 
-/// Result of a PATCH: the stored object and whether it was created (apply).
+/// Result of a PATCH: the stored object (at the request's version) and
+/// whether it was created (apply).
 pub struct Patched {
     pub object: Arc<Value>,
     pub created: bool,
@@ -77,12 +78,11 @@ pub fn patch(
             created: false,
         });
     }
-    let old = store
-        .get(&ctx.key(name))
-        .ok_or_else(|| ApiError::not_found(&ctx.info, name))?;
-    let mut doc = (*old).clone();
+    // The patch applies to the object at the request's version.
+    let cur = ctx.load(store, name)?;
+    let mut doc = (*cur.view).clone();
     apply_patch(kind, &mut doc, body)?;
-    let object = finish_update(store, ctx, &old, doc, Tracking::Update)?;
+    let object = finish_update(store, ctx, &cur, doc, Tracking::Update)?;
     Ok(Patched {
         object,
         created: false,

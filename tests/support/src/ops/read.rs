@@ -10,10 +10,9 @@ use crate::selector::Filter;
 use crate::status::ApiError;
 use crate::store::Store;
 
+/// The object at the request's version.
 pub fn get(store: &Store, ctx: &Ctx, name: &str) -> Result<Arc<Value>, ApiError> {
-    store
-        .get(&ctx.key(name))
-        .ok_or_else(|| ApiError::not_found(&ctx.info, name))
+    Ok(ctx.load(store, name)?.view)
 }
 
 /// Matching objects and the resourceVersion they are consistent with.
@@ -98,10 +97,11 @@ impl Pages {
     }
 }
 
-/// The current matching objects, in key order (namespace, name), as etcd
-/// returns them. Pagination (`limit`/`continue`) is [`Pages`].
-pub fn list(store: &Store, ctx: &Ctx, filter: &Filter) -> Snapshot {
-    let items = store
+/// The stored objects `filter` selects, in key order (namespace, name), as
+/// etcd returns them. Selectors see the stored objects, not their
+/// conversions.
+pub fn matching(store: &Store, ctx: &Ctx, filter: &Filter) -> Vec<Arc<Value>> {
+    store
         .resources
         .get(&ctx.info.key())
         .map(|s| {
@@ -111,7 +111,14 @@ pub fn list(store: &Store, ctx: &Ctx, filter: &Filter) -> Snapshot {
                 .cloned()
                 .collect()
         })
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// The current matching objects, as stored; [`Snapshot::at_request_version`]
+/// converts them (outside the store lock). Pagination (`limit`/`continue`)
+/// is [`Pages`].
+pub fn list(store: &Store, ctx: &Ctx, filter: &Filter) -> Snapshot {
+    let items = matching(store, ctx, filter);
     Snapshot {
         kind: format!("{}List", ctx.info.kind),
         api_version: ctx.info.api_version(),
@@ -133,6 +140,16 @@ struct ListBody<'a> {
 }
 
 impl Snapshot {
+    /// The list at the request's version: every item converted (one failed
+    /// conversion fails the whole list, as on a real server).
+    pub fn at_request_version(mut self, ctx: &Ctx) -> Result<Snapshot, ApiError> {
+        for item in self.items.iter_mut() {
+            *item = ctx.to_request(item)?;
+        }
+        self.api_version = ctx.api_version.clone();
+        Ok(self)
+    }
+
     /// The `XList` JSON body (`PartialObjectMetadataList` when `partial`).
     pub fn to_json(&self, partial: bool) -> Vec<u8> {
         let mut metadata = Map::new();

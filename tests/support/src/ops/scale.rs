@@ -85,13 +85,12 @@ pub fn scale_of(scale: &ScalePaths, obj: &Value) -> Value {
     })
 }
 
-/// GET of `/scale`.
+/// GET of `/scale`: read from the object at the request's version, whose
+/// scale paths they are.
 pub fn get_scale(store: &Store, ctx: &Ctx, name: &str) -> Result<Value, ApiError> {
     let paths = paths(ctx)?;
-    let obj = store
-        .get(&ctx.key(name))
-        .ok_or_else(|| ApiError::not_found(&ctx.info, name))?;
-    Ok(scale_of(paths, &obj))
+    let cur = ctx.load(store, name)?;
+    Ok(scale_of(paths, &cur.view))
 }
 
 /// Writes a (whole) Scale back to its parent; returns the new Scale.
@@ -102,9 +101,7 @@ pub fn write_scale(
     scale: &Value,
 ) -> Result<Arc<Value>, ApiError> {
     let paths = paths(ctx)?.clone();
-    let old = store
-        .get(&ctx.key(name))
-        .ok_or_else(|| ApiError::not_found(&ctx.info, name))?;
+    let cur = ctx.load(store, name)?;
     let replicas = scale.get("spec").and_then(|s| s.get("replicas"));
     let n = match replicas {
         None | Some(Value::Null) => 0,
@@ -125,13 +122,13 @@ pub fn write_scale(
         },
     };
     let given_rv = meta::resource_version(scale);
-    if !given_rv.is_empty() && given_rv != meta::resource_version(&old) {
+    if !given_rv.is_empty() && given_rv != meta::resource_version(&cur.stored) {
         return Err(ApiError::stale(&ctx.info, name));
     }
-    let mut candidate = (*old).clone();
+    let mut candidate = (*cur.view).clone();
     set_path(&mut candidate, &paths.spec_replicas, json!(n));
     let ctx = ctx.with_sub(Sub::Scale);
-    let stored = finish_update(store, &ctx, &old, candidate, Tracking::Update)?;
+    let stored = finish_update(store, &ctx, &cur, candidate, Tracking::Update)?;
     Ok(Arc::new(scale_of(&paths, &stored)))
 }
 

@@ -5,12 +5,17 @@
 //! to all of them alike: resourceVersion precondition, immutable identity,
 //! status-subresource isolation, defaulting, validation, field ownership,
 //! generation, no-op detection and finalizer-driven removal.
+//!
+//! The rules run at the request's version, on the stored object converted
+//! to it (a real server handles a custom resource in the version of the
+//! request); the result is converted back to the storage version, where
+//! generation and "did anything change" are decided.
 
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::{Ctx, Sub};
+use super::{Ctx, Current, Sub};
 use crate::defaults::apply_defaults;
 use crate::meta::{self, meta_mut};
 use crate::ssa::track::track_update;
@@ -69,16 +74,18 @@ fn spec_changed(old: &Value, new: &Value, status_is_sub: bool) -> bool {
     strip(old) != strip(new)
 }
 
-/// Writes `candidate` over `old` under the real server's update rules and
-/// returns what is stored afterwards (the unchanged `old` for a no-op).
+/// Writes `candidate` (at the request's version) over `cur` under the real
+/// server's update rules and returns what is stored afterwards, at the
+/// request's version (the unchanged object for a no-op).
 pub fn finish_update(
     store: &mut Store,
     ctx: &Ctx,
-    old: &Arc<Value>,
+    cur: &Current,
     candidate: Value,
     tracking: Tracking,
 ) -> Result<Arc<Value>, ApiError> {
     let info = ctx.info.clone();
+    let old = &cur.view;
     let name = meta::name(old).to_string();
     let mut new = candidate;
     if !new.is_object() {
@@ -124,7 +131,7 @@ pub fn finish_update(
             m.insert("managedFields".into(), mf.clone());
         }
         if let Some(o) = new.as_object_mut() {
-            o.insert("apiVersion".into(), info.api_version().into());
+            o.insert("apiVersion".into(), ctx.api_version.clone().into());
             o.insert("kind".into(), info.kind.clone().into());
         }
     }
@@ -137,26 +144,33 @@ pub fn finish_update(
         return Err(ApiError::invalid(&info, &name, &errors));
     }
     if tracking == Tracking::Update {
-        track_update(Some(old), &mut new, &ctx.writer());
-    }
-    if info.generation && spec_changed(old, &new, info.status_subresource) {
-        let g = meta::generation(old).unwrap_or(0) + 1;
-        meta_mut(&mut new).insert("generation".into(), g.into());
+        let views = ctx.views();
+        track_update(Some(old), &mut new, &ctx.writer(&views))?;
     }
 
-    if new == **old {
+    // Generation and no-op detection compare what is stored: a write at
+    // another version that changes nothing there changes nothing.
+    let stored_old = &cur.stored;
+    let mut new = ctx.to_storage(new)?;
+    if info.generation && spec_changed(stored_old, &new, info.status_subresource) {
+        let g = meta::generation(stored_old).unwrap_or(0) + 1;
+        meta_mut(&mut new).insert("generation".into(), g.into());
+    }
+    if new == **stored_old {
         // Real servers skip writes that change nothing: same resourceVersion,
         // no watch event.
         return Ok(old.clone());
     }
     if ctx.dry_run {
-        return Ok(Arc::new(new));
+        return ctx.to_request(&Arc::new(new));
     }
     let key = ctx.key(&name);
-    if meta::is_deleting(&new) && meta::finalizers(&new).is_empty() {
-        return Ok(store.commit_remove(&key, new));
-    }
-    Ok(store.commit(&key, new))
+    let stored = if meta::is_deleting(&new) && meta::finalizers(&new).is_empty() {
+        store.commit_remove(&key, new)
+    } else {
+        store.commit(&key, new)
+    };
+    ctx.to_request(&stored)
 }
 
 /// PUT of a whole object.
@@ -185,19 +199,17 @@ pub fn update(
             "the namespace of the provided object does not match the namespace sent on the request",
         ));
     }
-    let old = store
-        .get(&ctx.key(name))
-        .ok_or_else(|| ApiError::not_found(&info, name))?;
+    let cur = ctx.load(store, name)?;
     let body_uid = meta::uid(&body);
-    if !body_uid.is_empty() && body_uid != meta::uid(&old) {
+    if !body_uid.is_empty() && body_uid != meta::uid(&cur.stored) {
         return Err(ApiError::conflict(
             &info,
             name,
             &format!(
                 "Precondition failed: UID in precondition: {body_uid}, UID in object meta: {}",
-                meta::uid(&old)
+                meta::uid(&cur.stored)
             ),
         ));
     }
-    finish_update(store, ctx, &old, body, Tracking::Update)
+    finish_update(store, ctx, &cur, body, Tracking::Update)
 }

@@ -8,10 +8,17 @@
 //!   conflict (409) unless `force`, which moves ownership; equal values
 //!   become co-owned;
 //! * nothing else changes, so applying the same configuration twice yields an
-//!   identical object (the caller then skips the write entirely).
+//!   identical object (the caller then skips the write entirely);
+//! * managers that wrote at another version of the type own paths of that
+//!   version, so conflicts with them and what they keep are decided on the
+//!   object converted to their version, as the real server does.
+
+use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
+use super::Views;
+use super::diff::{Changes, diff_objects};
 use super::fieldset::{FieldPath, FieldSet, PathElem, get_at, object_paths, remove_at};
 use super::managed::{self, Entry};
 use super::merge::merge_map;
@@ -19,13 +26,14 @@ use crate::meta::now_rfc3339;
 use crate::status::ApiError;
 
 /// Parameters of one apply request.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ApplyParams<'a> {
     pub manager: &'a str,
     pub force: bool,
     pub api_version: &'a str,
     /// `""` or `status`.
     pub subresource: &'a str,
+    pub views: &'a dyn Views,
 }
 
 struct Conflict {
@@ -113,8 +121,8 @@ fn conflict_error(conflicts: &[Conflict]) -> ApiError {
 }
 
 /// Applies `config` (already restricted to what this endpoint may change)
-/// over `live` (None: the object is being created). Returns the new object,
-/// including its updated `managedFields`.
+/// over `live` (None: the object is being created), both at the request's
+/// version. Returns the new object, including its updated `managedFields`.
 pub fn apply(live: Option<&Value>, config: &Value, p: &ApplyParams) -> Result<Value, ApiError> {
     let empty = json!({});
     let base = live.unwrap_or(&empty);
@@ -124,11 +132,19 @@ pub fn apply(live: Option<&Value>, config: &Value, p: &ApplyParams) -> Result<Va
         .iter()
         .position(|e| e.is(p.manager, "Apply", p.api_version, p.subresource));
     let old_set = mine.map(|i| entries[i].fields.clone()).unwrap_or_default();
+    let last_version = mine.map_or(p.api_version, |i| entries[i].api_version.as_str());
+    let last_version = if p.views.converts_to(last_version) {
+        last_version.to_string()
+    } else {
+        p.api_version.to_string()
+    };
+    let elsewhere = |av: &str| av != p.api_version && p.views.converts_to(av);
 
     // Conflicts: another manager owns a field we set to a different value.
+    // Managers at other versions are compared at their version, below.
     let mut conflicts = Vec::new();
     for (i, e) in entries.iter().enumerate() {
-        if Some(i) == mine {
+        if Some(i) == mine || elsewhere(&e.api_version) {
             continue;
         }
         for path in new_set.iter().filter(|p| e.fields.contains(p)) {
@@ -140,61 +156,64 @@ pub fn apply(live: Option<&Value>, config: &Value, p: &ApplyParams) -> Result<Va
             }
         }
     }
-    if !conflicts.is_empty() {
-        if !p.force {
-            let list: Vec<Conflict> = conflicts
-                .iter()
-                .map(|(i, path)| Conflict {
-                    manager: describe(&entries[*i]),
-                    path: path.clone(),
-                })
-                .collect();
-            return Err(conflict_error(&list));
-        }
+    if p.force {
         for (i, path) in &conflicts {
             entries[*i].fields.remove_subtree(path);
         }
     }
 
-    // Fields we stopped applying go away unless someone else still owns them.
-    let mut result = base.clone();
-    let others: FieldSet = entries
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| Some(*i) != mine)
-        .fold(FieldSet::default(), |mut acc, (_, e)| {
-            acc.extend(&e.fields);
-            acc
-        });
-    let dropped = old_set.difference(&new_set);
-    let mut doomed: Vec<&FieldPath> = dropped.iter().filter(|p| !others.covers(p)).collect();
-    // Shallow first: removing a list item takes its fields with it (removing
-    // the fields first would leave an item without its key).
-    doomed.sort_by_key(|p| p.len());
-    for path in &doomed {
-        remove_at(&mut result, path);
-    }
-    // A map we created and no longer apply goes with its last field (the
-    // real server tracks the map itself as owned, `f:autoscaling: {.: {}}`).
-    for path in &doomed {
-        for end in (1..path.len()).rev() {
-            let parent = &path[..end];
-            let emptied = get_at(&result, parent)
-                .is_some_and(|v| v.as_object().is_some_and(|m| m.is_empty()));
-            if emptied
-                && get_at(config, parent).is_none()
-                && matches!(parent.last(), Some(PathElem::Field(_)))
-            {
-                remove_at(&mut result, parent);
-            } else {
-                break;
-            }
-        }
-    }
-
+    let mut result = prune(
+        base,
+        config,
+        &entries,
+        mine,
+        &old_set,
+        &new_set,
+        &last_version,
+        p,
+    )?;
     merge_map(&mut result, config);
 
-    let entry_changed = old_set != new_set || mine.is_none();
+    // Managers at other versions: what this apply changes in their view of
+    // the object conflicts with what they own there; what it removes there
+    // they no longer own.
+    let mut views: BTreeMap<String, Changes> = BTreeMap::new();
+    let mut gone = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        if Some(i) == mine || !elsewhere(&e.api_version) {
+            continue;
+        }
+        if !views.contains_key(&e.api_version) {
+            let before = p.views.view(base, &e.api_version)?;
+            let after = p.views.view(&result, &e.api_version)?;
+            views.insert(e.api_version.clone(), diff_objects(&before, &after));
+        }
+        let Some(changes) = views.get(&e.api_version) else {
+            continue;
+        };
+        for path in changes.changed.iter().filter(|p| e.fields.contains(p)) {
+            if !matches!(path.last(), Some(PathElem::Key(_) | PathElem::Value(_))) {
+                conflicts.push((i, path.clone()));
+            }
+        }
+        gone.extend(changes.removed.iter().map(|path| (i, path.clone())));
+    }
+    if !conflicts.is_empty() && !p.force {
+        let list: Vec<Conflict> = conflicts
+            .iter()
+            .map(|(i, path)| Conflict {
+                manager: describe(&entries[*i]),
+                path: path.clone(),
+            })
+            .collect();
+        return Err(conflict_error(&list));
+    }
+    for (i, path) in conflicts.iter().chain(gone.iter()) {
+        entries[*i].fields.remove_subtree(path);
+    }
+
+    let switched = mine.is_some_and(|i| entries[i].api_version != p.api_version);
+    let entry_changed = old_set != new_set || mine.is_none() || switched;
     let idx = match mine {
         Some(i) => i,
         None => {
@@ -209,6 +228,130 @@ pub fn apply(live: Option<&Value>, config: &Value, p: &ApplyParams) -> Result<Va
     }
     managed::write(&mut result, &entries);
     Ok(result)
+}
+
+/// `base` without the fields the applier applied last time (its entry's
+/// `old_set`, recorded at `last_version`) and omits now, unless another
+/// manager still owns them. Works at the last set's version, as the real
+/// server prunes; owners at other versions keep a field when removing it
+/// would change something of theirs in their view of the object. When the
+/// applier switched versions its configuration is converted to the last
+/// set's version to tell what it dropped; if that conversion fails nothing
+/// is pruned.
+#[allow(clippy::too_many_arguments)]
+fn prune(
+    base: &Value,
+    config: &Value,
+    entries: &[Entry],
+    mine: Option<usize>,
+    old_set: &FieldSet,
+    new_set: &FieldSet,
+    at: &str,
+    p: &ApplyParams,
+) -> Result<Value, ApiError> {
+    let here = at == p.api_version;
+    let config_at = if here {
+        Some(config.clone())
+    } else {
+        p.views.view(config, at).ok()
+    };
+    let Some(config_at) = config_at else {
+        return Ok(base.clone());
+    };
+    let dropped = if here {
+        old_set.difference(new_set)
+    } else {
+        old_set.difference(&object_paths(&config_at))
+    };
+    if dropped.is_empty() {
+        return Ok(base.clone());
+    }
+    // Everyone else's fields, by the version they are recorded at.
+    let mut owners: BTreeMap<&str, FieldSet> = BTreeMap::new();
+    for (i, e) in entries.iter().enumerate() {
+        if Some(i) == mine {
+            continue;
+        }
+        let v = if p.views.converts_to(&e.api_version) {
+            e.api_version.as_str()
+        } else {
+            p.api_version
+        };
+        owners.entry(v).or_default().extend(&e.fields);
+    }
+    if !here {
+        owners.entry(p.api_version).or_default().extend(new_set);
+    }
+    let mut cur = if here {
+        base.clone()
+    } else {
+        p.views.view(base, at)?
+    };
+    let others: Vec<(&str, &FieldSet)> = owners
+        .iter()
+        .filter(|(v, _)| **v != at)
+        .map(|(v, s)| (*v, s))
+        .collect();
+    let mut seen: Vec<Value> = others
+        .iter()
+        .map(|(v, _)| p.views.view(&cur, v))
+        .collect::<Result<_, _>>()?;
+
+    let mut doomed: Vec<&FieldPath> = dropped
+        .iter()
+        .filter(|path| !owners.get(at).is_some_and(|s| s.covers(path)))
+        .collect();
+    // Shallow first: removing a list item takes its fields with it (removing
+    // the fields first would leave an item without its key).
+    doomed.sort_by_key(|path| path.len());
+    let mut removed = Vec::new();
+    for path in doomed {
+        let mut trial = cur.clone();
+        remove_at(&mut trial, path);
+        if !others.is_empty() {
+            let trial_seen: Vec<Value> = others
+                .iter()
+                .map(|(v, _)| p.views.view(&trial, v))
+                .collect::<Result<_, _>>()?;
+            let owned_elsewhere = others.iter().zip(seen.iter().zip(&trial_seen)).any(
+                |((_, set), (before, after))| {
+                    let c = diff_objects(before, after);
+                    c.changed
+                        .iter()
+                        .chain(c.removed.iter())
+                        .any(|q| set.covers(q))
+                },
+            );
+            if owned_elsewhere {
+                continue;
+            }
+            seen = trial_seen;
+        }
+        cur = trial;
+        removed.push(path);
+    }
+    // A map we created and no longer apply goes with its last field (the
+    // real server tracks the map itself as owned, `f:autoscaling: {.: {}}`).
+    for path in &removed {
+        for end in (1..path.len()).rev() {
+            let parent = &path[..end];
+            let emptied =
+                get_at(&cur, parent).is_some_and(|v| v.as_object().is_some_and(|m| m.is_empty()));
+            if emptied
+                && get_at(&config_at, parent).is_none()
+                && matches!(parent.last(), Some(PathElem::Field(_)))
+            {
+                remove_at(&mut cur, parent);
+            } else {
+                break;
+            }
+        }
+    }
+    if here {
+        Ok(cur)
+    } else {
+        p.views.view(&cur, p.api_version)
+    }
 }
 
 fn without_managed(v: &Value) -> Value {
@@ -229,7 +372,98 @@ mod tests {
             force,
             api_version: "v1",
             subresource: "",
+            views: &crate::ssa::OneVersion,
         }
+    }
+
+    /// Two versions: `g/v1` has `spec.model` as a string, `g/v2` as `{name}`.
+    struct TwoVersions;
+
+    impl Views for TwoVersions {
+        fn converts_to(&self, api_version: &str) -> bool {
+            matches!(api_version, "g/v1" | "g/v2")
+        }
+
+        fn view(&self, obj: &Value, api_version: &str) -> Result<Value, ApiError> {
+            let mut o = obj.clone();
+            o["apiVersion"] = json!(api_version);
+            if let Some(model) = o.pointer_mut("/spec/model") {
+                let name = model
+                    .as_str()
+                    .or_else(|| model["name"].as_str())
+                    .unwrap_or("")
+                    .to_string();
+                *model = if api_version == "g/v1" {
+                    json!(name)
+                } else {
+                    json!({ "name": name })
+                };
+            }
+            Ok(o)
+        }
+    }
+
+    fn at<'a>(manager: &'a str, api_version: &'a str, force: bool) -> ApplyParams<'a> {
+        ApplyParams {
+            manager,
+            force,
+            api_version,
+            subresource: "",
+            views: &TwoVersions,
+        }
+    }
+
+    #[test]
+    fn other_versions_owners_are_checked_in_their_version() {
+        let v1 = apply(
+            None,
+            &json!({"apiVersion": "g/v1", "spec": {"model": "x", "image": "i"}}),
+            &at("one", "g/v1", false),
+        )
+        .expect("apply at v1");
+        let live = TwoVersions.view(&v1, "g/v2").expect("view");
+        let changed = json!({"apiVersion": "g/v2", "spec": {"model": {"name": "y"}}});
+        let err = apply(Some(&live), &changed, &at("two", "g/v2", false)).expect_err("conflict");
+        assert_eq!(
+            err.message,
+            "Apply failed with 1 conflict: conflict with \"one\": .spec.model"
+        );
+        // Same value: shared, and "one" dropping its model keeps it.
+        let same = json!({"apiVersion": "g/v2", "spec": {"model": {"name": "x"}}});
+        let shared = apply(Some(&live), &same, &at("two", "g/v2", false)).expect("shared");
+        let back = TwoVersions.view(&shared, "g/v1").expect("view");
+        let dropped = apply(
+            Some(&back),
+            &json!({"apiVersion": "g/v1", "spec": {"image": "i"}}),
+            &at("one", "g/v1", false),
+        )
+        .expect("apply without the model");
+        assert_eq!(dropped["spec"], json!({"model": "x", "image": "i"}));
+    }
+
+    #[test]
+    fn a_manager_switching_versions_drops_what_it_no_longer_applies() {
+        let v1 = apply(
+            None,
+            &json!({"apiVersion": "g/v1", "spec": {"model": "x", "image": "i"}}),
+            &at("m", "g/v1", false),
+        )
+        .expect("apply at v1");
+        let live = TwoVersions.view(&v1, "g/v2").expect("view");
+        let v2 = apply(
+            Some(&live),
+            &json!({"apiVersion": "g/v2", "spec": {"model": {"name": "x"}}}),
+            &at("m", "g/v2", false),
+        )
+        .expect("apply at v2");
+        assert_eq!(v2["spec"], json!({"model": {"name": "x"}}));
+        let entries = managed::read(&v2);
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].api_version, "g/v2");
+        assert_eq!(
+            entries[0].fields.to_fields_v1(),
+            json!({"f:spec": {"f:model": {"f:name": {}}}})
+        );
     }
 
     #[test]

@@ -1,18 +1,23 @@
 //! Ownership bookkeeping for creates, updates and non-apply patches.
 
+use std::collections::BTreeMap;
+
 use serde_json::Value;
 
-use super::diff::diff_objects;
+use super::Views;
+use super::diff::{Changes, diff_objects};
 use super::managed::{self, Entry};
 use crate::meta::now_rfc3339;
+use crate::status::ApiError;
 
 /// Who is writing, as recorded in `managedFields`.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Writer<'a> {
     pub manager: &'a str,
     pub api_version: &'a str,
     /// `""`, `status` or `scale`.
     pub subresource: &'a str,
+    pub views: &'a dyn Views,
 }
 
 /// Gives `writer` (operation Update) the fields that changed from `old` to
@@ -20,15 +25,31 @@ pub struct Writer<'a> {
 /// owners. `new`'s own `managedFields` are the starting point, so a client
 /// that rewrites them explicitly is honoured. When nothing changed the
 /// entries are left untouched (no new timestamp, so no-op writes stay no-ops).
-pub fn track_update(old: Option<&Value>, new: &mut Value, writer: &Writer) {
+/// Entries recorded at another version lose what changed in that version's
+/// view of the object.
+pub fn track_update(old: Option<&Value>, new: &mut Value, writer: &Writer) -> Result<(), ApiError> {
     let empty = Value::Object(Default::default());
     let changes = diff_objects(old.unwrap_or(&empty), new);
     if changes.is_empty() {
-        return;
+        return Ok(());
     }
     let mut entries = managed::read(new);
+    let mut elsewhere: BTreeMap<String, Changes> = BTreeMap::new();
     for e in entries.iter_mut() {
-        for p in changes.removed.iter().chain(changes.changed.iter()) {
+        let other_version =
+            e.api_version != writer.api_version && writer.views.converts_to(&e.api_version);
+        let seen = match old {
+            Some(old) if other_version => {
+                if !elsewhere.contains_key(&e.api_version) {
+                    let before = writer.views.view(old, &e.api_version)?;
+                    let after = writer.views.view(new, &e.api_version)?;
+                    elsewhere.insert(e.api_version.clone(), diff_objects(&before, &after));
+                }
+                elsewhere.get(&e.api_version).unwrap_or(&changes)
+            }
+            _ => &changes,
+        };
+        for p in seen.removed.iter().chain(seen.changed.iter()) {
             e.fields.remove_subtree(p);
         }
     }
@@ -54,6 +75,7 @@ pub fn track_update(old: Option<&Value>, new: &mut Value, writer: &Writer) {
     entries[idx].fields.extend(&changes.changed);
     entries[idx].time = now_rfc3339();
     managed::write(new, &entries);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -67,17 +89,19 @@ mod tests {
             manager: "a",
             api_version: "v1",
             subresource: "",
+            views: &crate::ssa::OneVersion,
         };
         let w2 = Writer {
             manager: "b",
             api_version: "v1",
             subresource: "",
+            views: &crate::ssa::OneVersion,
         };
         let mut o = json!({"metadata": {"name": "x"}, "data": {"k": "1", "j": "2"}});
-        track_update(None, &mut o, &w1);
+        track_update(None, &mut o, &w1).expect("tracks");
         let old = o.clone();
         o["data"]["k"] = json!("changed");
-        track_update(Some(&old), &mut o, &w2);
+        track_update(Some(&old), &mut o, &w2).expect("tracks");
         let entries = managed::read(&o);
         assert_eq!(entries.len(), 2);
         assert_eq!(
@@ -89,7 +113,7 @@ mod tests {
             json!({"f:data": {"f:k": {}}})
         );
         let before = o.clone();
-        track_update(Some(&before), &mut o, &w2);
+        track_update(Some(&before), &mut o, &w2).expect("tracks");
         assert_eq!(o, before, "no change, no new timestamps");
     }
 }

@@ -1,6 +1,6 @@
 //! Stored change events: what watches replay and stream.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 use serde::Serialize;
@@ -37,6 +37,27 @@ pub struct Event {
     /// started matching (sent as ADDED).
     pub prev: Option<Arc<Value>>,
     line: OnceLock<Bytes>,
+    /// The object at other versions of the type, converted once for all
+    /// the watchers of that version (a real server keeps a watch cache per
+    /// served version of a custom resource).
+    views: Mutex<Vec<Arc<View>>>,
+}
+
+/// An event's object at one version.
+#[derive(Debug)]
+pub struct View {
+    pub api_version: String,
+    pub object: Arc<Value>,
+    line: OnceLock<Bytes>,
+}
+
+impl View {
+    /// The event line with this view of the object.
+    pub fn line(&self, kind: EventType) -> Bytes {
+        self.line
+            .get_or_init(|| watch_line(kind.as_str(), &self.object))
+            .clone()
+    }
 }
 
 #[derive(Serialize)]
@@ -61,7 +82,28 @@ impl Event {
             object,
             prev,
             line: OnceLock::new(),
+            views: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The object at `api_version`, converted by `convert` the first time a
+    /// watcher of that version asks (failures are not kept).
+    pub fn view<E>(
+        &self,
+        api_version: &str,
+        convert: impl FnOnce(&Arc<Value>) -> Result<Arc<Value>, E>,
+    ) -> Result<Arc<View>, E> {
+        let mut views = self.views.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = views.iter().find(|v| v.api_version == api_version) {
+            return Ok(v.clone());
+        }
+        let view = Arc::new(View {
+            api_version: api_version.to_string(),
+            object: convert(&self.object)?,
+            line: OnceLock::new(),
+        });
+        views.push(view.clone());
+        Ok(view)
     }
 
     /// The event as sent to an unfiltered watcher, serialized once and

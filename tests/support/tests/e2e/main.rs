@@ -13,6 +13,7 @@ mod scale_perf;
 mod selectors;
 mod ssa;
 mod subresources;
+mod versions;
 mod watches;
 
 use std::time::Duration;
