@@ -55,6 +55,22 @@ fn main() -> ExitCode {
     }
 }
 
+/// Stand-in for the core's conversion until it lands: only rewrites
+/// `apiVersion`. To switch, write `convert: modelservice_operator::core::convert::convert_object`
+/// in `run_command` and delete this function.
+fn placeholder_convert(
+    mut object: serde_json::Value,
+    desired_api_version: &str,
+) -> Result<serde_json::Value, String> {
+    match object.as_object_mut() {
+        Some(o) => {
+            o.insert("apiVersion".into(), desired_api_version.into());
+            Ok(object)
+        }
+        None => Err("not a JSON object".into()),
+    }
+}
+
 fn fail(msg: &str) -> ExitCode {
     tracing::error!("{msg}");
     eprintln!("error: {msg}");
@@ -89,6 +105,8 @@ async fn run_command(args: RunArgs) -> Result<(), String> {
         },
         startup_timeout: args.startup_timeout,
         reporter_instance: Some(identity),
+        webhook: Some(args.webhook_config()),
+        convert: placeholder_convert,
     };
     run(config, cfg, signal).await.map_err(|e| e.to_string())
 }

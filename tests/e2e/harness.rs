@@ -211,6 +211,15 @@ impl OperatorBuilder<'_> {
             .arg(format!("127.0.0.1:{port}"))
             .arg("--log-format")
             .arg("text")
+            // Operators run side by side: each its own webhook port, and its
+            // certificates in the test's namespace, deleted with it.
+            .arg("--webhook-addr")
+            .arg("127.0.0.1:0")
+            .arg("--webhook-secret")
+            .arg(format!(
+                "{}/modelservice-operator-webhook-certs",
+                self.env.namespace
+            ))
             .args(&self.args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
