@@ -159,6 +159,39 @@ fn swap(
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn changed_files_are_served_and_broken_ones_ignored() {
+        use crate::webhook::certs::{self, Sans};
+        let now = time::OffsetDateTime::now_utc();
+        let ca = certs::new_ca(now).expect("CA");
+        let issue = || certs::issue_serving(&ca, &Sans::for_host("127.0.0.1"), now).expect("cert");
+        let (old, new) = (issue(), issue());
+        let dir = tempfile::tempdir().expect("tempdir");
+        let put = |c: &certs::KeyedCert| {
+            std::fs::write(dir.path().join("tls.crt"), &c.cert_pem).expect("write");
+            std::fs::write(dir.path().join("tls.key"), &c.key_pem).expect("write");
+        };
+        let serving = ServingCert::new(&old.cert_pem, &old.key_pem).expect("cert");
+        let mut loaded = Loaded {
+            serving: old.clone(),
+            ca_bundle_pem: None,
+        };
+        put(&new);
+        reload_files(dir.path(), &serving, &mut loaded).await;
+        assert_eq!(loaded.serving, new);
+        let served = |s: &ServingCert| s.leaf().map(|d| d.to_vec());
+        let new_der = served(&serving);
+        // A key that does not fit: the new certificate stays.
+        std::fs::write(dir.path().join("tls.key"), &old.key_pem).expect("write");
+        reload_files(dir.path(), &serving, &mut loaded).await;
+        assert_eq!(loaded.serving, new);
+        assert_eq!(served(&serving), new_der);
+        // Missing files: the same.
+        std::fs::remove_file(dir.path().join("tls.crt")).expect("rm");
+        reload_files(dir.path(), &serving, &mut loaded).await;
+        assert_eq!(served(&serving), new_der);
+    }
+
     #[test]
     fn retries_back_off_to_five_minutes() {
         assert_eq!(retry_delay(1), Duration::from_secs(5));
