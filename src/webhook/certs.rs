@@ -176,16 +176,11 @@ pub fn issue_serving(
     let key = KeyPair::generate()?;
     let mut params = CertificateParams::default();
     params.distinguished_name = rcgen::DistinguishedName::new();
-    let common_name = sans
-        .dns
-        .iter()
-        .next()
-        .cloned()
-        .or_else(|| sans.ips.iter().next().map(ToString::to_string))
-        .unwrap_or_else(|| "modelservice-operator webhook".into());
+    // A fixed name: clients check the SANs only, and a Service's DNS name
+    // can be longer than the 64 characters a common name may hold.
     params
         .distinguished_name
-        .push(DnType::CommonName, common_name);
+        .push(DnType::CommonName, "modelservice-operator webhook");
     params.subject_alt_names = sans
         .dns
         .iter()
