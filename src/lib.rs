@@ -6,8 +6,10 @@
 //!   No I/O, so it is what `render` prints and what most tests exercise.
 //! - [`controller`]: the I/O around the core: observe, apply, report, finalize, events.
 //! - [`runtime`]: process wiring: CLI, Controller, leader election, HTTP, signals, logs.
+//! - [`webhook`]: the CRD conversion webhook (HTTPS), its certificates and the CRD's clientConfig.
 
 pub mod api;
 pub mod controller;
 pub mod core;
 pub mod runtime;
+pub mod webhook;

@@ -56,6 +56,11 @@ impl Operator {
         command
             .args(["run", "--namespace", namespace])
             .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .args(["--webhook-addr", "127.0.0.1:0"])
+            .args([
+                "--webhook-secret",
+                &format!("{namespace}/modelservice-operator-webhook-certs"),
+            ])
             .args(["--concurrency", &concurrency.to_string()])
             .args(["--resync-period", "2s", "--log-level", "warn"])
             .stdout(Stdio::null())

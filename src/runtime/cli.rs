@@ -8,6 +8,10 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use super::leader;
+use crate::webhook::secret::DEFAULT_SECRET_NAME;
+use crate::webhook::{CRD_NAME, CertSource, ClientConfigTarget, WebhookConfig};
+
 /// Kubernetes operator that serves AI models on GPUs from ModelService objects.
 #[derive(Parser, Debug)]
 #[command(
@@ -21,6 +25,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once at startup, so the size of `Run` costs nothing worth a Box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the controller against the cluster from in-cluster config, KUBECONFIG or ~/.kube/config.
@@ -74,6 +80,98 @@ pub struct RunArgs {
     /// How long to wait at startup for the API server and the CRD before giving up (e.g. 2m).
     #[arg(long, env = "STARTUP_TIMEOUT", default_value = "2m", value_parser = parse_positive_duration)]
     pub startup_timeout: Duration,
+
+    /// Where the CRD conversion webhook listens (HTTPS, path /convert). Every replica serves it.
+    #[arg(long, env = "WEBHOOK_ADDR", default_value = "0.0.0.0:9443")]
+    pub webhook_addr: SocketAddr,
+
+    /// URL the API server calls for conversion, for an operator outside the cluster (e.g. https://127.0.0.1:9443/convert); put into the CRD with our CA.
+    #[arg(long, env = "WEBHOOK_URL", value_name = "URL", conflicts_with = "webhook_service", value_parser = parse_webhook_url)]
+    pub webhook_url: Option<String>,
+
+    /// Service (port 443) in front of the operator's pods that the API server calls for conversion; put into the CRD with our CA.
+    #[arg(long, env = "WEBHOOK_SERVICE", value_name = "NS/NAME", value_parser = parse_namespaced_name)]
+    pub webhook_service: Option<NamespacedName>,
+
+    /// Where the webhook's certificate comes from: self (own CA, kept in --webhook-secret) or external (cert-manager files in --webhook-cert-dir; the CRD is then left alone).
+    #[arg(long, env = "WEBHOOK_CERTS", value_enum, default_value_t = WebhookCerts::SelfSigned)]
+    pub webhook_certs: WebhookCerts,
+
+    /// Directory with tls.crt and tls.key, with --webhook-certs=external.
+    #[arg(
+        long,
+        env = "WEBHOOK_CERT_DIR",
+        value_name = "DIR",
+        default_value = "/tmp/k8s-webhook-server/serving-certs"
+    )]
+    pub webhook_cert_dir: PathBuf,
+
+    /// Secret with the webhook's CA and certificate, shared by all replicas, with --webhook-certs=self: NS/NAME, or NAME in the lease namespace (default: modelservice-operator-webhook-certs there).
+    #[arg(long, env = "WEBHOOK_SECRET", value_name = "NS/NAME", value_parser = parse_secret_ref)]
+    pub webhook_secret: Option<SecretRef>,
+}
+
+/// Where the webhook's serving certificate comes from.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebhookCerts {
+    /// The operator's own CA and certificate, in a Secret; the CRD's caBundle is kept by the operator.
+    #[value(name = "self")]
+    SelfSigned,
+    /// Mounted files from cert-manager, whose CA injector keeps the caBundle.
+    External,
+}
+
+/// A `namespace/name` pair from the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespacedName {
+    pub namespace: String,
+    pub name: String,
+}
+
+/// `--webhook-secret`: a name, with a namespace or not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretRef {
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl RunArgs {
+    /// The webhook's settings. The Secret's namespace defaults to the lease
+    /// namespace (the pod's own), as the operator's other state does.
+    pub fn webhook_config(&self) -> WebhookConfig {
+        let certs = match self.webhook_certs {
+            WebhookCerts::External => CertSource::Files {
+                dir: self.webhook_cert_dir.clone(),
+            },
+            WebhookCerts::SelfSigned => {
+                let secret = self.webhook_secret.clone().unwrap_or(SecretRef {
+                    namespace: None,
+                    name: DEFAULT_SECRET_NAME.into(),
+                });
+                CertSource::Secret {
+                    namespace: secret.namespace.unwrap_or_else(|| {
+                        leader::lease_namespace(self.lease_namespace.as_deref())
+                    }),
+                    name: secret.name,
+                }
+            }
+        };
+        let client_config = match (&self.webhook_url, &self.webhook_service) {
+            (Some(url), _) => Some(ClientConfigTarget::Url(url.clone())),
+            (None, Some(s)) => Some(ClientConfigTarget::Service {
+                namespace: s.namespace.clone(),
+                name: s.name.clone(),
+                port: 443,
+            }),
+            (None, None) => None,
+        };
+        WebhookConfig {
+            addr: self.webhook_addr,
+            certs,
+            client_config,
+            crd_name: CRD_NAME.into(),
+        }
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -128,6 +226,56 @@ fn parse_lease_duration(s: &str) -> Result<Duration, String> {
         ));
     }
     Ok(d)
+}
+
+/// The API server calls only `https://` URLs without user, query or fragment.
+fn parse_webhook_url(s: &str) -> Result<String, String> {
+    let uri: http::Uri = s.parse().map_err(|e| {
+        format!("{s:?} is not a URL ({e}); write it like https://127.0.0.1:9443/convert")
+    })?;
+    if uri.scheme_str() != Some("https") {
+        return Err(format!(
+            "{s:?} must start with https:// (the API server calls webhooks over TLS only)"
+        ));
+    }
+    if uri.host().is_none_or(str::is_empty) || s.contains('@') {
+        return Err(format!(
+            "{s:?} needs a host and no user, like https://127.0.0.1:9443/convert"
+        ));
+    }
+    if s.contains('?') || s.contains('#') {
+        return Err(format!("{s:?} must have no query or fragment"));
+    }
+    Ok(s.to_string())
+}
+
+fn parse_namespaced_name(s: &str) -> Result<NamespacedName, String> {
+    match s.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok(NamespacedName {
+                namespace: ns.into(),
+                name: name.into(),
+            })
+        }
+        _ => Err(format!("{s:?} is not NAMESPACE/NAME")),
+    }
+}
+
+fn parse_secret_ref(s: &str) -> Result<SecretRef, String> {
+    if s.contains('/') {
+        let n = parse_namespaced_name(s)?;
+        Ok(SecretRef {
+            namespace: Some(n.namespace),
+            name: n.name,
+        })
+    } else if s.is_empty() {
+        Err("is empty; write NAMESPACE/NAME or NAME".into())
+    } else {
+        Ok(SecretRef {
+            namespace: None,
+            name: s.into(),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -196,6 +344,134 @@ mod tests {
             (&["run", "--concurrency", "0"][..], "--concurrency"),
             (&["run", "--log-format", "xml"][..], "--log-format"),
             (&["run", "--no-such-flag"][..], "--no-such-flag"),
+        ] {
+            let err = parse(args).expect_err("must fail").to_string();
+            assert!(err.contains(needle), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn webhook_defaults() {
+        let r = run_args(&["run", "--lease-namespace", "ops"]);
+        assert_eq!(r.webhook_addr, "0.0.0.0:9443".parse().expect("addr"));
+        assert_eq!(r.webhook_certs, WebhookCerts::SelfSigned);
+        assert_eq!(
+            r.webhook_cert_dir,
+            PathBuf::from("/tmp/k8s-webhook-server/serving-certs")
+        );
+        let cfg = r.webhook_config();
+        assert_eq!(cfg.addr, r.webhook_addr);
+        assert_eq!(cfg.crd_name, "modelservices.serving.modelservice.dev");
+        assert_eq!(cfg.client_config, None, "serves, leaves the CRD alone");
+        assert_eq!(
+            cfg.certs,
+            CertSource::Secret {
+                namespace: "ops".into(),
+                name: "modelservice-operator-webhook-certs".into()
+            }
+        );
+    }
+
+    #[test]
+    fn webhook_flags() {
+        let cfg = run_args(&[
+            "run",
+            "--webhook-addr",
+            "127.0.0.1:0",
+            "--webhook-url",
+            "https://127.0.0.1:9443/convert",
+            "--webhook-secret",
+            "sys/certs",
+        ])
+        .webhook_config();
+        assert_eq!(cfg.addr, "127.0.0.1:0".parse().expect("addr"));
+        assert_eq!(
+            cfg.client_config,
+            Some(ClientConfigTarget::Url(
+                "https://127.0.0.1:9443/convert".into()
+            ))
+        );
+        assert_eq!(
+            cfg.certs,
+            CertSource::Secret {
+                namespace: "sys".into(),
+                name: "certs".into()
+            }
+        );
+
+        let cfg = run_args(&[
+            "run",
+            "--webhook-service",
+            "ops/msop-webhook",
+            "--webhook-secret",
+            "mine",
+            "--lease-namespace",
+            "lease-ns",
+        ])
+        .webhook_config();
+        assert_eq!(
+            cfg.client_config,
+            Some(ClientConfigTarget::Service {
+                namespace: "ops".into(),
+                name: "msop-webhook".into(),
+                port: 443
+            })
+        );
+        assert_eq!(
+            cfg.certs,
+            CertSource::Secret {
+                namespace: "lease-ns".into(),
+                name: "mine".into()
+            }
+        );
+
+        let cfg = run_args(&[
+            "run",
+            "--webhook-certs",
+            "external",
+            "--webhook-cert-dir",
+            "/certs",
+        ])
+        .webhook_config();
+        assert_eq!(
+            cfg.certs,
+            CertSource::Files {
+                dir: PathBuf::from("/certs")
+            }
+        );
+    }
+
+    #[test]
+    fn bad_webhook_values_say_what_to_fix() {
+        for (args, needle) in [
+            (
+                &[
+                    "run",
+                    "--webhook-url",
+                    "https://a/convert",
+                    "--webhook-service",
+                    "a/b",
+                ][..],
+                "cannot be used with",
+            ),
+            (
+                &["run", "--webhook-url", "http://a/convert"][..],
+                "https://",
+            ),
+            (
+                &["run", "--webhook-url", "https://u@a/convert"][..],
+                "no user",
+            ),
+            (&["run", "--webhook-url", "https://a/c?x=1"][..], "no query"),
+            (&["run", "--webhook-url", "not a url"][..], "--webhook-url"),
+            (&["run", "--webhook-service", "svc"][..], "NAMESPACE/NAME"),
+            (&["run", "--webhook-service", "a/b/c"][..], "NAMESPACE/NAME"),
+            (&["run", "--webhook-secret", "/x"][..], "NAMESPACE/NAME"),
+            (
+                &["run", "--webhook-certs", "cert-manager"][..],
+                "--webhook-certs",
+            ),
+            (&["run", "--webhook-addr", "9443"][..], "--webhook-addr"),
         ] {
             let err = parse(args).expect_err("must fail").to_string();
             assert!(err.contains(needle), "{args:?}: {err}");

@@ -29,6 +29,7 @@ use crate::controller::{
     Cache, Context, ControllerConfig, Leadership, Stores, error_policy, reconcile,
 };
 use crate::core::labels::MANAGER;
+use crate::webhook::{self, Convert, WebhookConfig, WebhookError};
 
 /// Settings of `run`, already parsed.
 #[derive(Clone, Debug)]
@@ -39,6 +40,10 @@ pub struct RunConfig {
     pub controller: ControllerConfig,
     pub startup_timeout: Duration,
     pub reporter_instance: Option<String>,
+    /// The conversion webhook; `None` serves none.
+    pub webhook: Option<WebhookConfig>,
+    /// What the webhook converts with (pure; the core's conversion).
+    pub convert: Convert,
 }
 
 /// Why `run` stopped with a failure.
@@ -59,6 +64,12 @@ pub enum RunError {
     Client(#[source] kube::Error),
     #[error("lost the leader lease; exiting so that only the new leader writes")]
     LeaseLost,
+    #[error(transparent)]
+    Webhook(#[from] WebhookError),
+    #[error(
+        "the conversion webhook has no certificate after {0:?} (see the warnings above: the API server or the certificate files are not available)"
+    )]
+    WebhookTimeout(Duration),
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -116,6 +127,19 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
         addr: cfg.metrics_addr,
         source,
     })?;
+
+    // Before the API check: with objects stored in another version, even
+    // listing them needs a webhook, and this replica may be the only one.
+    let webhook = match cfg.webhook.clone() {
+        Some(w) => {
+            let start = webhook::start(client.clone(), w, cfg.convert, shutdown.clone().wait());
+            match tokio::time::timeout(cfg.startup_timeout, start).await {
+                Ok(running) => Some(running?),
+                Err(_) => return Err(RunError::WebhookTimeout(cfg.startup_timeout)),
+            }
+        }
+        None => None,
+    };
 
     let ns = cfg.namespace.as_deref();
     startup::wait_for_api(&client, ns, cfg.startup_timeout, &shutdown).await?;
@@ -273,6 +297,9 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
         e.release().await;
     }
     let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+    if let Some(w) = webhook {
+        let _ = tokio::time::timeout(Duration::from_secs(5), w.handle).await;
+    }
     Ok(())
 }
 

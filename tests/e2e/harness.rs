@@ -83,7 +83,17 @@ impl Env {
                 _dir: dir,
             }
         } else {
-            let fake = FakeApiServer::start().await;
+            // The fake stands in for the API server and the conversion
+            // webhook alike: it converts with the operator's own code.
+            let fake = FakeApiServer::builder()
+                .with_converter(
+                    "modelservices",
+                    std::sync::Arc::new(|object, to: &str| {
+                        convert_object(object, to).map_err(|e| e.to_string())
+                    }),
+                )
+                .start()
+                .await;
             let kubeconfig = dir.path().join("kubeconfig");
             fake.write_kubeconfig(&kubeconfig).expect("kubeconfig");
             let client = fake.client();
@@ -259,6 +269,15 @@ impl OperatorBuilder<'_> {
             .arg(format!("127.0.0.1:{port}"))
             .arg("--log-format")
             .arg("text")
+            // Operators run side by side: each its own webhook port, and its
+            // certificates in the test's namespace, deleted with it.
+            .arg("--webhook-addr")
+            .arg("127.0.0.1:0")
+            .arg("--webhook-secret")
+            .arg(format!(
+                "{}/modelservice-operator-webhook-certs",
+                self.env.namespace
+            ))
             .args(&self.args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())

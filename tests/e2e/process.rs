@@ -72,6 +72,21 @@ fn flags_can_come_from_the_environment() {
 }
 
 #[test]
+fn webhook_url_and_service_exclude_each_other_also_from_the_environment() {
+    let out = binary()
+        .args(["run", "--webhook-service", "ops/hook"])
+        .env("WEBHOOK_URL", "https://127.0.0.1:9443/convert")
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--webhook-service") && err.contains("--webhook-url"),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_missing_kubeconfig_exits_non_zero_with_a_clear_message() {
     let out = binary()
         .args(["run", "--metrics-addr", "127.0.0.1:0"])
