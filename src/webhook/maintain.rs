@@ -48,7 +48,7 @@ pub(super) async fn run(
                 if !first {
                     reload_files(dir, &serving, &mut loaded).await;
                 }
-                true
+                keep_client_config(&client, &cfg, &loaded).await
             }
         };
         first = false;
@@ -103,20 +103,26 @@ async fn own_certificates(
             }
         }
     }
-    if let (Some(target), Some(ca)) = (&cfg.client_config, &loaded.ca_bundle_pem) {
-        match client_config::reconcile(client, &cfg.crd_name, target, ca).await {
-            Ok(Outcome::Updated | Outcome::Unchanged) => {}
-            Ok(Outcome::CrdMissing) => {
-                warn!(crd = %cfg.crd_name, "the CRD is not installed; its conversion webhook will be set once it is");
-                ok = false;
-            }
-            Err(e) => {
-                warn!(crd = %cfg.crd_name, error = %e, "cannot update the CRD's conversion webhook; will retry");
-                ok = false;
-            }
+    ok && keep_client_config(client, cfg, loaded).await
+}
+
+/// Points the CRD's conversion at us with our CA, when we were told where
+/// we are reached and know the CA; false when it must be retried.
+async fn keep_client_config(client: &Client, cfg: &WebhookConfig, loaded: &Loaded) -> bool {
+    let (Some(target), Some(ca)) = (&cfg.client_config, &loaded.ca_bundle_pem) else {
+        return true;
+    };
+    match client_config::reconcile(client, &cfg.crd_name, target, ca).await {
+        Ok(Outcome::Updated | Outcome::Unchanged) => true,
+        Ok(Outcome::CrdMissing) => {
+            warn!(crd = %cfg.crd_name, "the CRD is not installed; its conversion webhook will be set once it is");
+            false
+        }
+        Err(e) => {
+            warn!(crd = %cfg.crd_name, error = %e, "cannot update the CRD's conversion webhook; will retry");
+            false
         }
     }
-    ok
 }
 
 /// Serves the mounted pair if it changed; on a read error the previous
@@ -124,10 +130,12 @@ async fn own_certificates(
 /// a real problem, not a half-written file).
 async fn reload_files(dir: &std::path::Path, serving: &ServingCert, loaded: &mut Loaded) {
     match files::read(dir).await {
-        Ok(pair) if pair != loaded.serving => {
-            swap(serving, loaded, pair, "the mounted files");
+        Ok(mounted) => {
+            if mounted.serving != loaded.serving {
+                swap(serving, loaded, mounted.serving, "the mounted files");
+            }
+            loaded.ca_bundle_pem = mounted.ca_pem;
         }
-        Ok(_) => {}
         Err(e) => {
             warn!(error = %e, "conversion webhook: cannot re-read the certificate files; serving the previous certificate");
         }

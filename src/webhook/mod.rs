@@ -178,11 +178,6 @@ pub async fn start(
             addr: cfg.addr,
             source,
         })?;
-    if matches!(cfg.certs, CertSource::Files { .. }) && cfg.client_config.is_some() {
-        info!(
-            "certificates from files (cert-manager): the CRD's conversion clientConfig is left to cert-manager's CA injector and the chart"
-        );
-    }
     let loaded = obtain(&client, &cfg, shutdown.clone()).await?;
     let serving = Arc::new(ServingCert::new(
         &loaded.serving.cert_pem,
@@ -243,10 +238,18 @@ async fn load(client: &Client, cfg: &WebhookConfig) -> Result<Loaded, String> {
                 ca_bundle_pem: Some(own.ca_bundle_pem),
             }
         }
-        CertSource::Files { dir } => Loaded {
-            serving: files::read(dir).await.map_err(|e| e.to_string())?,
-            ca_bundle_pem: None,
-        },
+        CertSource::Files { dir } => {
+            let mounted = files::read(dir).await.map_err(|e| e.to_string())?;
+            if mounted.ca_pem.is_none() && cfg.client_config.is_some() {
+                info!(
+                    "no ca.crt beside the mounted certificate: the CRD's caBundle is left to cert-manager's CA injector"
+                );
+            }
+            Loaded {
+                serving: mounted.serving,
+                ca_bundle_pem: mounted.ca_pem,
+            }
+        }
     };
     tls::certified_key(&loaded.serving.cert_pem, &loaded.serving.key_pem)
         .map_err(|e| e.to_string())?;
