@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use modelservice_operator::api::crd_yaml;
-use modelservice_operator::core::convert::convert_object;
 use modelservice_operator::controller::ControllerConfig;
+use modelservice_operator::core::convert::convert_object;
 use modelservice_operator::runtime::cli::{Cli, Command, LogFormat, RunArgs};
 use modelservice_operator::runtime::leader::{self, ElectionConfig};
 use modelservice_operator::runtime::run::{RunConfig, run};

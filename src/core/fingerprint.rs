@@ -39,10 +39,41 @@ impl std::io::Write for Fnv1a {
     }
 }
 
+/// The owner apiVersion every release before v1beta1 wrote on its children.
+const FIRST_OWNER_API_VERSION: &str = "serving.modelservice.dev/v1alpha1";
+
 /// Adds the fingerprint of `desired` (as it is before stamping) to its
 /// `metadata.annotations`.
+///
+/// The owner reference is hashed as a v1alpha1 owner, whatever version it
+/// names. Which version of the ModelService owns a child is not a change of
+/// the child, and a new fingerprint would be: a changed annotation bumps a
+/// Deployment's `metadata.generation`, so an operator upgrade would touch
+/// every Deployment. This way the upgrade only moves the owner reference to
+/// v1beta1 (metadata the Deployment controller ignores), and the
+/// fingerprints already on children stay valid.
 pub fn stamp(desired: &mut Value) {
+    let owners = desired.pointer_mut("/metadata/ownerReferences");
+    let written = owners.map(|o| {
+        let mut hashed = o.clone();
+        for v in hashed
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+            .filter_map(|o| o.get_mut("apiVersion"))
+            .filter(|v| {
+                v.as_str()
+                    .is_some_and(|a| a.starts_with("serving.modelservice.dev/"))
+            })
+        {
+            *v = Value::from(FIRST_OWNER_API_VERSION);
+        }
+        std::mem::replace(o, hashed)
+    });
     let fp = fingerprint(desired);
+    if let (Some(o), Some(written)) = (desired.pointer_mut("/metadata/ownerReferences"), written) {
+        *o = written;
+    }
     if let Some(meta) = desired.get_mut("metadata").and_then(Value::as_object_mut) {
         let annotations = meta
             .entry("annotations")
@@ -71,6 +102,36 @@ mod tests {
         assert!(
             !is_subset(&after, &observed),
             "dropping spec.replicas must trigger an apply"
+        );
+    }
+
+    #[test]
+    fn the_owners_version_is_not_part_of_the_fingerprint_but_stays_in_the_object() {
+        let child = |v: &str| {
+            json!({"metadata": {"name": "m", "ownerReferences": [{"apiVersion": v,
+                "kind": "ModelService", "name": "m", "uid": "u"}]}, "spec": {"x": 1}})
+        };
+        let (mut alpha, mut beta) = (
+            child("serving.modelservice.dev/v1alpha1"),
+            child("serving.modelservice.dev/v1beta1"),
+        );
+        stamp(&mut alpha);
+        stamp(&mut beta);
+        assert_eq!(
+            alpha["metadata"]["annotations"][ANNOTATION],
+            beta["metadata"]["annotations"][ANNOTATION],
+            "an upgrade must not re-stamp children"
+        );
+        assert_eq!(
+            beta["metadata"]["ownerReferences"][0]["apiVersion"],
+            "serving.modelservice.dev/v1beta1"
+        );
+        let mut other = child("serving.modelservice.dev/v1beta1");
+        other["spec"]["x"] = json!(2);
+        stamp(&mut other);
+        assert_ne!(
+            other["metadata"]["annotations"][ANNOTATION],
+            beta["metadata"]["annotations"][ANNOTATION]
         );
     }
 

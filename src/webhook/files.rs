@@ -85,6 +85,9 @@ mod tests {
         );
         assert_eq!(got.ca_pem, None, "no ca.crt: the caBundle is not ours");
         std::fs::write(dir.path().join(CA_FILE), "CA").expect("write");
-        assert_eq!(read(dir.path()).await.expect("all").ca_pem.as_deref(), Some("CA"));
+        assert_eq!(
+            read(dir.path()).await.expect("all").ca_pem.as_deref(),
+            Some("CA")
+        );
     }
 }

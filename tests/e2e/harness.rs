@@ -16,8 +16,10 @@ use fake_apiserver::FakeApiServer;
 use fake_apiserver::simulator::{ClusterShape, Simulator};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use kube::{Api, Client, ResourceExt};
 use modelservice_operator::api::ModelService;
 use modelservice_operator::core::convert::{V1ALPHA1, V1BETA1, convert_object};
 use serde_json::{Value, json};
@@ -31,6 +33,17 @@ pub fn api_version() -> &'static str {
         Ok("v1alpha1") => V1ALPHA1,
         _ => V1BETA1,
     }
+}
+
+/// ModelServices in `namespace` at the URL of `api_version`.
+pub fn dynamic_ms_api(client: &Client, namespace: &str, api_version: &str) -> Api<DynamicObject> {
+    let (group, version) = api_version.split_once('/').expect("group/version");
+    let gvk = GroupVersionKind::gvk(group, version, "ModelService");
+    Api::namespaced_with(
+        client.clone(),
+        namespace,
+        &ApiResource::from_gvk_with_plural(&gvk, "modelservices"),
+    )
 }
 
 /// Whether the suite runs against a real cluster.
@@ -115,6 +128,9 @@ impl Env {
             .create(&PostParams::default(), &ns)
             .await
             .expect("create namespace");
+        if api_version() == V1ALPHA1 {
+            env.with_conversion().await;
+        }
         env
     }
 
@@ -143,13 +159,16 @@ impl Env {
 
     /// ModelServices at the URL of the version this run writes.
     pub fn ms_api(&self) -> Api<DynamicObject> {
-        let (group, version) = api_version().split_once('/').expect("group/version");
-        let gvk = GroupVersionKind::gvk(group, version, "ModelService");
-        Api::namespaced_with(
-            self.client.clone(),
-            &self.namespace,
-            &ApiResource::from_gvk_with_plural(&gvk, "modelservices"),
-        )
+        dynamic_ms_api(&self.client, &self.namespace, api_version())
+    }
+
+    /// Makes sure writes and reads in either version convert: on a real
+    /// cluster, the shared webhook (see `webhook_host`); the fake converts
+    /// by itself.
+    pub async fn with_conversion(&self) {
+        if self.fake.is_none() {
+            crate::webhook_host::ensure(&self.client, &self.namespace).await;
+        }
     }
 
     /// Server-side applies a ModelService (a spec in the v1alpha1 shape) as
@@ -166,8 +185,10 @@ impl Env {
             .patch(name, pp, &Patch::Apply(&self.ms_object(name, spec)))
             .await?;
         let value = serde_json::to_value(applied).expect("object serializes");
-        Ok(serde_json::from_value(convert_object(value, V1BETA1).expect("converts"))
-            .expect("a ModelService"))
+        Ok(
+            serde_json::from_value(convert_object(value, V1BETA1).expect("converts"))
+                .expect("a ModelService"),
+        )
     }
 
     /// Applies a ModelService as a user or GitOps tool would (its own field manager).
@@ -182,6 +203,8 @@ impl Env {
         OperatorBuilder {
             env: self,
             args: Vec::new(),
+            all_namespaces: false,
+            webhook_port: None,
         }
     }
 
@@ -201,11 +224,21 @@ async fn install_crd(client: &Client) {
     )
     .expect("crds/modelservice.yaml");
     let mut crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("crd parses");
-    // The conversion stanza belongs to whoever serves the webhook (see
-    // `shared_webhook`); one the installer owned would be forced back to
-    // the manifest's Service on every install, beside that webhook's URL.
-    crd.spec.conversion = None;
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let live = api.get_opt(&crd.name_any()).await.ok().flatten();
+    // Scenarios run side by side, and the conversion stanza belongs to
+    // whoever serves the webhook (see `webhook_host`): a CRD that already
+    // serves these versions is left alone, and an install keeps the
+    // conversion the cluster has (none on a fresh one) rather than forcing
+    // the manifest's Service back beside that webhook's URL.
+    if let Some(live) = &live {
+        if serde_json::to_value(&live.spec.versions).ok()
+            == serde_json::to_value(&crd.spec.versions).ok()
+        {
+            return;
+        }
+    }
+    crd.spec.conversion = live.and_then(|l| l.spec.conversion);
     api.patch(
         "modelservices.serving.modelservice.dev",
         &PatchParams::apply("e2e-installer").force(),
@@ -251,9 +284,23 @@ pub const CONVERGE: Duration = Duration::from_secs(60);
 pub struct OperatorBuilder<'a> {
     env: &'a Env,
     args: Vec<String>,
+    all_namespaces: bool,
+    webhook_port: Option<u16>,
 }
 
 impl OperatorBuilder<'_> {
+    /// Watches every namespace, as an installed operator does (and so runs
+    /// the storage migration when it leads).
+    pub fn all_namespaces(mut self) -> Self {
+        self.all_namespaces = true;
+        self
+    }
+    /// Serves the webhook on `port` and points the CRD at it, as the
+    /// operator of a cluster does.
+    pub fn webhook_for_the_crd(mut self, port: u16) -> Self {
+        self.webhook_port = Some(port);
+        self
+    }
     pub fn arg(mut self, a: impl Into<String>) -> Self {
         self.args.push(a.into());
         self
@@ -262,17 +309,24 @@ impl OperatorBuilder<'_> {
         let port = free_port();
         let log = self.env._dir.path().join(format!("operator-{port}.log"));
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_modelservice-operator"));
-        cmd.arg("run")
-            .arg("--namespace")
-            .arg(&self.env.namespace)
-            .arg("--metrics-addr")
+        cmd.arg("run");
+        if !self.all_namespaces {
+            cmd.arg("--namespace").arg(&self.env.namespace);
+        }
+        match self.webhook_port {
+            Some(p) => cmd
+                .arg("--webhook-addr")
+                .arg(format!("127.0.0.1:{p}"))
+                .arg("--webhook-url")
+                .arg(format!("https://127.0.0.1:{p}/convert")),
+            // Operators run side by side: each its own webhook port.
+            None => cmd.arg("--webhook-addr").arg("127.0.0.1:0"),
+        };
+        cmd.arg("--metrics-addr")
             .arg(format!("127.0.0.1:{port}"))
             .arg("--log-format")
             .arg("text")
-            // Operators run side by side: each its own webhook port, and its
-            // certificates in the test's namespace, deleted with it.
-            .arg("--webhook-addr")
-            .arg("127.0.0.1:0")
+            // Certificates in the test's namespace, deleted with it.
             .arg("--webhook-secret")
             .arg(format!(
                 "{}/modelservice-operator-webhook-certs",

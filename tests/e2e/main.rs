@@ -4,6 +4,7 @@
 mod harness;
 mod observe;
 mod outage;
+mod webhook_host;
 
 mod autoscaling;
 mod deletion;
@@ -16,3 +17,5 @@ mod permissions;
 mod process;
 mod scale;
 mod steady_state;
+mod upgrade;
+mod versions;

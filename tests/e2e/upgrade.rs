@@ -1,0 +1,374 @@
+//! The upgrade story on a real API server: the release before v1beta1 runs
+//! with its v1alpha1-only CRD and reconciles a few objects; then this
+//! release's CRD and operator replace them.
+//!
+//! It deletes and re-creates the cluster-wide CRD, so it runs alone (CI runs
+//! `upgrade::` on its own, after everything else). The previous release is
+//! a binary built from the last commit before v1beta1, named by
+//! `MODELSERVICE_E2E_PREVIOUS_OPERATOR` (`.ci/run` builds it).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::{Api, Client, ResourceExt};
+use modelservice_operator::api::{CRD_NAME, ModelService};
+use modelservice_operator::core::convert::{V1ALPHA1, V1BETA1, convert_object};
+use serde_json::{Value, json};
+
+use crate::harness::{CONVERGE, Env, dynamic_ms_api, free_port, wait_for};
+use crate::observe::*;
+
+const TEST: &str = "upgrade::v1alpha1_objects_survive_the_upgrade_without_a_pod_restart";
+
+fn previous_release() -> Option<PathBuf> {
+    std::env::var_os("MODELSERVICE_E2E_PREVIOUS_OPERATOR").map(PathBuf::from)
+}
+
+/// The previous release's own CRD, as its `crd` command prints it.
+fn previous_crd(bin: &PathBuf) -> CustomResourceDefinition {
+    let out = Command::new(bin)
+        .arg("crd")
+        .output()
+        .expect("run the previous release");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_yaml::from_slice(&out.stdout).expect("its CRD parses")
+}
+
+fn this_crd() -> CustomResourceDefinition {
+    serde_yaml::from_str(&modelservice_operator::api::crd_yaml().expect("renders")).expect("parses")
+}
+
+async fn apply_crd(client: &Client, crd: &CustomResourceDefinition) {
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .patch(
+            CRD_NAME,
+            &PatchParams::apply("e2e-installer").force(),
+            &Patch::Apply(crd),
+        )
+        .await
+        .expect("apply the CRD");
+}
+
+/// Back to a cluster that has never seen v1beta1: every ModelService and the
+/// CRD go, then the previous release's CRD comes.
+async fn start_over_with(client: &Client, crd: &CustomResourceDefinition) {
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    if crds.get_opt(CRD_NAME).await.ok().flatten().is_some() {
+        // Objects of finished scenarios whose operators are gone would hold
+        // the CRD's deletion forever with their finalizers.
+        let all: Api<DynamicObject> = Api::all_with(client.clone(), &resource(V1BETA1));
+        if let Ok(list) = all.list(&ListParams::default()).await {
+            for o in list {
+                let api = dynamic_ms_api(client, &o.namespace().unwrap_or_default(), V1BETA1);
+                let _ = api
+                    .patch(
+                        &o.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+                    )
+                    .await;
+            }
+        }
+        let _ = crds.delete(CRD_NAME, &DeleteParams::default()).await;
+        wait_for("the CRD to be deleted", CONVERGE, || async {
+            crds.get_opt(CRD_NAME)
+                .await
+                .ok()
+                .flatten()
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    }
+    apply_crd(client, crd).await;
+    wait_for("the previous CRD to be served", CONVERGE, || async {
+        Api::<DynamicObject>::all_with(client.clone(), &resource(V1ALPHA1))
+            .list(&ListParams::default())
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await;
+}
+
+fn resource(api_version: &str) -> kube::api::ApiResource {
+    let (group, version) = api_version.split_once('/').expect("group/version");
+    kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk(group, version, "ModelService"),
+        "modelservices",
+    )
+}
+
+/// What a GitOps repository holds: v1alpha1 manifests.
+fn manifests(ns: &str) -> Vec<Value> {
+    let image = serving_image();
+    [
+        ("plain", json!({"model": "Qwen/Qwen2.5-0.5B-Instruct", "image": image, "gpus": 0})),
+        ("tuned", json!({"model": "Qwen/Qwen2.5-1.5B-Instruct", "modelVersion": "2024-09-19", "image": image,
+            "gpus": 0, "replicas": 2, "port": 9000, "args": ["--max-model-len", "4096"],
+            "env": [{"name": "HF_HOME", "value": "/cache"}], "resources": {"cpu": "1", "memory": "2Gi"},
+            "strategy": "Recreate"})),
+        ("scaled", json!({"model": "Qwen/Qwen2.5-0.5B-Instruct", "image": image, "gpus": 0,
+            "autoscaling": {"minReplicas": 1, "maxReplicas": 3, "targetQueueLength": 4}})),
+    ]
+    .into_iter()
+    .map(|(name, spec)| json!({"apiVersion": V1ALPHA1, "kind": "ModelService",
+        "metadata": {"name": name, "namespace": ns}, "spec": spec}))
+    .collect()
+}
+
+async fn apply_all(env: &Env, docs: &[Value]) -> Vec<DynamicObject> {
+    let api = dynamic_ms_api(&env.client, &env.namespace, V1ALPHA1);
+    let mut out = Vec::new();
+    for d in docs {
+        let name = d["metadata"]["name"].as_str().expect("name");
+        out.push(
+            api.patch(
+                name,
+                &PatchParams::apply("gitops").force(),
+                &Patch::Apply(d),
+            )
+            .await
+            .expect("apply v1alpha1"),
+        );
+    }
+    out
+}
+
+/// Per Deployment: (generation, pod template); and the uids of all pods.
+async fn children(env: &Env) -> (BTreeMap<String, (Option<i64>, Value)>, Vec<String>) {
+    let deps = env
+        .api::<Deployment>()
+        .list(&ListParams::default())
+        .await
+        .expect("deployments");
+    let by_name = deps
+        .into_iter()
+        .map(|d| {
+            let template = serde_json::to_value(&d.spec.template).expect("json");
+            (d.name_any(), (d.metadata.generation, template))
+        })
+        .collect();
+    let mut pods: Vec<String> = env
+        .api::<Pod>()
+        .list(&ListParams::default())
+        .await
+        .expect("pods")
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.metadata.uid)
+        .collect();
+    pods.sort();
+    (by_name, pods)
+}
+
+fn ready_in(o: &DynamicObject) -> bool {
+    o.data["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1alpha1_objects_survive_the_upgrade_without_a_pod_restart() {
+    if !needs_real(
+        TEST,
+        "storage versions, and a webhook the API server calls, exist only on a real API server",
+    ) {
+        return;
+    }
+    let Some(previous) = previous_release() else {
+        eprintln!(
+            "SKIPPED {TEST}: set MODELSERVICE_E2E_PREVIOUS_OPERATOR to the operator binary of the release before v1beta1"
+        );
+        return;
+    };
+    let env = Env::new().await;
+    let client = env.client.clone();
+    start_over_with(&client, &previous_crd(&previous)).await;
+
+    // The previous release at work.
+    let metrics = free_port();
+    let mut old = Command::new(&previous)
+        .args([
+            "run",
+            "--namespace",
+            &env.namespace,
+            "--metrics-addr",
+            &format!("127.0.0.1:{metrics}"),
+        ])
+        .env("KUBECONFIG", &env.kubeconfig)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the previous release");
+    let docs = manifests(&env.namespace);
+    apply_all(&env, &docs).await;
+    let alpha = dynamic_ms_api(&client, &env.namespace, V1ALPHA1);
+    let before: Vec<DynamicObject> = wait_for(
+        "the previous release to make every object Ready",
+        CONVERGE,
+        || async {
+            let list = alpha.list(&ListParams::default()).await.ok()?.items;
+            (list.len() == docs.len() && list.iter().all(ready_in)).then_some(list)
+        },
+    )
+    .await;
+    let (deployments, pods) = children(&env).await;
+    assert_eq!(deployments.len(), docs.len());
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(old.id().to_string())
+        .status();
+    let _ = old.wait();
+
+    // The upgrade: this release's CRD, then its operator.
+    apply_crd(&client, &this_crd()).await;
+    let port = free_port();
+    let op = env
+        .operator()
+        .all_namespaces()
+        .webhook_for_the_crd(port)
+        .start();
+    op.ready().await;
+
+    // Every object reads back in both versions, unchanged in meaning.
+    wait_for(
+        "v1beta1 reads of the old objects (through the webhook)",
+        CONVERGE,
+        || async {
+            env.api::<ModelService>()
+                .list(&ListParams::default())
+                .await
+                .ok()
+                .map(|_| ())
+        },
+    )
+    .await;
+    for was in &before {
+        let name = was.name_any();
+        let now_alpha = alpha.get(&name).await.expect("v1alpha1 read");
+        assert_eq!(
+            now_alpha.data["spec"], was.data["spec"],
+            "{name}: v1alpha1 spec"
+        );
+        assert_eq!(
+            now_alpha.metadata.generation, was.metadata.generation,
+            "{name}"
+        );
+        let beta = env
+            .api::<ModelService>()
+            .get(&name)
+            .await
+            .expect("v1beta1 read");
+        let back =
+            convert_object(serde_json::to_value(&beta).expect("json"), V1ALPHA1).expect("converts");
+        assert_eq!(
+            back["spec"], was.data["spec"],
+            "{name}: v1beta1 spec means the same"
+        );
+    }
+
+    // The new operator has looked at each object, and changed no pod.
+    wait_for(
+        "the new operator to reconcile every object",
+        CONVERGE,
+        || async {
+            (op.metric("modelservice_reconcile_total{result=\"success\"}")? >= docs.len() as f64)
+                .then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (deployments_after, pods_after) = children(&env).await;
+    assert_eq!(
+        deployments_after, deployments,
+        "Deployment generations and pod templates unchanged"
+    );
+    assert_eq!(pods_after, pods, "no pod was replaced");
+
+    // Storage migration finishes, and the metric says so.
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    wait_for("storedVersions to be [v1beta1]", CONVERGE, || async {
+        let crd = crds.get(CRD_NAME).await.ok()?;
+        (crd.status?.stored_versions? == ["v1beta1"]).then_some(())
+    })
+    .await;
+    assert_eq!(
+        op.metric("modelservice_storage_migration_complete"),
+        Some(1.0)
+    );
+
+    // GitOps re-applies the same v1alpha1 manifests: nothing changes.
+    let again = apply_all(&env, &docs).await;
+    for a in &again {
+        let was = before
+            .iter()
+            .find(|b| b.name_any() == a.name_any())
+            .expect("the same objects");
+        let now = alpha.get(&a.name_any()).await.expect("read");
+        assert_eq!(
+            a.resource_version(),
+            now.resource_version(),
+            "{}: the re-apply wrote",
+            a.name_any()
+        );
+        assert_eq!(
+            a.metadata.generation,
+            was.metadata.generation,
+            "{}",
+            a.name_any()
+        );
+    }
+    let after_reapply = alpha.list(&ListParams::default()).await.expect("list");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let still = alpha.list(&ListParams::default()).await.expect("list");
+    assert_eq!(
+        after_reapply
+            .items
+            .iter()
+            .map(|o| o.resource_version())
+            .collect::<Vec<_>>(),
+        still
+            .items
+            .iter()
+            .map(|o| o.resource_version())
+            .collect::<Vec<_>>(),
+        "a re-apply that changes nothing writes nothing, and makes the operator write nothing"
+    );
+    assert_eq!(children(&env).await, (deployments, pods));
+
+    // With the operator gone, v1beta1 reads need no webhook any more.
+    drop(op);
+    let listed = Api::<ModelService>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("kubectl get modelservices works with the operator stopped");
+    assert!(listed.items.len() >= docs.len());
+
+    // Leave no finalizer behind for the namespace's deletion.
+    for d in &docs {
+        let name = d["metadata"]["name"].as_str().unwrap_or_default();
+        let _ = env
+            .api::<ModelService>()
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await;
+    }
+    env.finish().await;
+}

@@ -1,0 +1,104 @@
+//! Both API versions at once: what one client writes in v1beta1 survives
+//! another that reads and updates the object in v1alpha1, and the children
+//! follow the v1beta1 fields.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Patch, PatchParams, PostParams};
+use modelservice_operator::core::convert::{FIELDS_ANNOTATION, V1ALPHA1, V1BETA1};
+use serde_json::json;
+
+use crate::harness::{CONVERGE, Env, dynamic_ms_api, wait_for};
+use crate::observe::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v1beta1_only_field_survives_a_v1alpha1_read_and_update_by_another_client() {
+    let env = Env::new().await;
+    env.with_conversion().await;
+    let _op = env.operator().start();
+    let beta = dynamic_ms_api(&env.client, &env.namespace, V1BETA1);
+    let alpha = dynamic_ms_api(&env.client, &env.namespace, V1ALPHA1);
+    let ms: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": V1BETA1, "kind": "ModelService",
+        "metadata": {"name": "sg", "namespace": env.namespace},
+        "spec": {"model": {"name": "Qwen/Qwen2.5-7B-Instruct"},
+                 "runtime": {"image": serving_image(), "preset": "sglang", "port": 30000},
+                 "resources": {"gpus": 0}}}))
+    .expect("object");
+    beta.patch(
+        "sg",
+        &PatchParams::apply("gitops").force(),
+        &Patch::Apply(&ms),
+    )
+    .await
+    .expect("apply v1beta1");
+
+    // Another client, written against v1alpha1, reads and updates it.
+    let mut old = alpha.get("sg").await.expect("read as v1alpha1");
+    let old_json = serde_json::to_value(&old).expect("json");
+    assert_eq!(old_json["spec"]["model"], "Qwen/Qwen2.5-7B-Instruct");
+    assert_eq!(old_json["spec"]["port"], 30000);
+    assert!(
+        old.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(FIELDS_ANNOTATION)),
+        "the v1beta1-only field waits in the annotation: {old_json}"
+    );
+    old.data["spec"]["args"] = json!(["--mem-fraction-static", "0.8"]);
+    old.metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert("team".into(), "search".into());
+    alpha
+        .replace("sg", &PostParams::default(), &old)
+        .await
+        .expect("update as v1alpha1");
+
+    let now = serde_json::to_value(beta.get("sg").await.expect("read as v1beta1")).expect("json");
+    assert_eq!(now["spec"]["runtime"]["preset"], "sglang", "{now}");
+    assert_eq!(
+        now["spec"]["runtime"]["args"],
+        json!(["--mem-fraction-static", "0.8"])
+    );
+    assert_eq!(now["metadata"]["labels"]["team"], "search");
+    assert!(
+        now["metadata"]["annotations"]
+            .get(FIELDS_ANNOTATION)
+            .is_none(),
+        "never shown on a v1beta1 read: {now}"
+    );
+
+    // And the operator serves it the sglang way.
+    let dep = wait_for("the sglang Deployment", CONVERGE, || async {
+        let d = env.api::<Deployment>().get_opt("sg").await.ok().flatten()?;
+        let c = d.spec.template.spec.as_ref()?.containers.first()?.clone();
+        (c.args
+            .as_deref()
+            .is_some_and(|a| a.last().map(String::as_str) == Some("0.8")))
+        .then_some(c)
+    })
+    .await;
+    assert_eq!(
+        dep.args.as_deref().unwrap_or_default()[..4],
+        [
+            "--model-path",
+            "Qwen/Qwen2.5-7B-Instruct",
+            "--port",
+            "30000"
+        ]
+    );
+    let env_vars: Vec<(String, Option<String>)> = dep
+        .env
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (e.name, e.value))
+        .collect();
+    assert_eq!(
+        env_vars[..2],
+        [
+            ("MODEL_NAME".into(), Some("Qwen/Qwen2.5-7B-Instruct".into())),
+            ("PORT".into(), Some("30000".into()))
+        ]
+    );
+    env.finish().await;
+}
