@@ -119,3 +119,57 @@ The leader-election rules of config/rbac/permissions.yaml (leaseRules).
   resources: ["leases"]
   verbs: ["get", "list", "watch", "create", "update", "patch"]
 {{- end }}
+
+{{/*
+The CRD rules of config/rbac/permissions.yaml (crdRules): the ModelService CRD
+only. Always a ClusterRole: the CRD is cluster-scoped.
+*/}}
+{{- define "modelservice-operator.crdRules" -}}
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  resourceNames: ["modelservices.serving.modelservice.dev"]
+  verbs: ["get", "patch"]
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions/status"]
+  resourceNames: ["modelservices.serving.modelservice.dev"]
+  verbs: ["patch"]
+{{- end }}
+
+{{/*
+The webhook Secret rules of config/rbac/permissions.yaml (webhookSecretRules),
+for the Secret this release names (modelservice-operator.webhookSecretName).
+*/}}
+{{- define "modelservice-operator.webhookSecretRules" -}}
+- apiGroups: [""]
+  resources: ["secrets"]
+  resourceNames: [{{ include "modelservice-operator.webhookSecretName" . | quote }}]
+  verbs: ["get", "update"]
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["create"]
+{{- end }}
+
+{{/*
+The conversion webhook's Service (the CRD's clientConfig points at it).
+*/}}
+{{- define "modelservice-operator.webhookServiceName" -}}
+{{- printf "%s-webhook" (include "modelservice-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The Secret with the operator's own webhook CA and certificate
+(--webhook-certs=self): the operator creates and rotates it, Helm never
+renders it.
+*/}}
+{{- define "modelservice-operator.webhookSecretName" -}}
+{{- printf "%s-webhook-certs" (include "modelservice-operator.fullname" .) }}
+{{- end }}
+
+{{/*
+The Secret cert-manager writes the webhook certificate into
+(webhook.certManager.enabled). Not the self-managed one: the two writers never
+share a Secret, so switching between them needs no cleanup.
+*/}}
+{{- define "modelservice-operator.webhookTLSSecretName" -}}
+{{- printf "%s-webhook-tls" (include "modelservice-operator.fullname" .) }}
+{{- end }}
