@@ -1,13 +1,18 @@
 //! Every API call the operator makes is granted by config/rbac/permissions.yaml,
 //! the one list the Helm chart and config/rbac are checked against. The
-//! operator here makes its own webhook certificate (the webhook Secret's get
-//! and create are among the calls).
+//! operator runs as installed: all namespaces, leader election, its own
+//! webhook certificate (the Secret), the CRD pointed at its webhook, and a
+//! storage migration to do (the CRD and its status).
 
 use std::collections::BTreeSet;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use modelservice_operator::api::CRD_NAME;
 use serde_json::json;
 
-use crate::harness::{CONVERGE, Env};
+use crate::harness::{CONVERGE, Env, free_port, wait_for};
 use crate::observe::*;
 
 fn granted() -> BTreeSet<(String, String)> {
@@ -18,8 +23,16 @@ fn granted() -> BTreeSet<(String, String)> {
     .expect("config/rbac/permissions.yaml");
     let doc: serde_json::Value = serde_yaml::from_str(&text).expect("yaml");
     let sections = doc.as_object().expect("a map of sections");
-    for section in ["clusterRules", "crdRules", "leaseRules", "webhookSecretRules"] {
-        assert!(sections.contains_key(section), "permissions.yaml lacks {section}");
+    for section in [
+        "clusterRules",
+        "crdRules",
+        "leaseRules",
+        "webhookSecretRules",
+    ] {
+        assert!(
+            sections.contains_key(section),
+            "permissions.yaml lacks {section}"
+        );
     }
     // Every section counts: a call is granted if any of them grants it.
     // resourceNames are ignored here (calls are counted by verb and
@@ -45,8 +58,19 @@ async fn every_call_the_operator_makes_is_granted() {
         return;
     }
     let env = Env::new().await;
+    // Objects stored before the upgrade: the leader has a migration to run.
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
+    crds.patch_status(
+        CRD_NAME,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"storedVersions": ["v1alpha1", "v1beta1"]}})),
+    )
+    .await
+    .expect("storedVersions");
     let op = env
         .operator()
+        .all_namespaces()
+        .webhook_for_the_crd(free_port())
         .arg("--leader-elect")
         .arg("--lease-namespace")
         .arg(env.namespace.clone())
@@ -63,14 +87,31 @@ async fn every_call_the_operator_makes_is_granted() {
         .delete("rbac", &Default::default())
         .await
         .expect("delete");
-    crate::harness::wait_for("deletion", CONVERGE, || async {
+    wait_for("deletion", CONVERGE, || async {
         get_ms(&env, "rbac").await.is_none().then_some(())
+    })
+    .await;
+
+    wait_for("the storage migration", CONVERGE, || async {
+        let crd = crds.get(CRD_NAME).await.ok()?;
+        (crd.status?.stored_versions? == ["v1beta1"]).then_some(())
     })
     .await;
 
     let granted = granted();
     let used = calls(&operator_requests(&env));
     assert!(!used.is_empty());
+    // The scenario reaches the webhook's and the migration's calls too.
+    for (verb, resource) in [
+        ("create", "secrets"),
+        ("patch", "customresourcedefinitions"),
+        ("patch", "customresourcedefinitions/status"),
+    ] {
+        assert!(
+            used.contains(&(verb.to_string(), resource.to_string())),
+            "the operator made no {verb} {resource}: used {used:?}"
+        );
+    }
     let missing: Vec<_> = used.iter().filter(|c| !granted.contains(c)).collect();
     assert!(
         missing.is_empty(),
