@@ -176,10 +176,7 @@ async fn resource_version_is_global_and_strictly_increasing() {
             .await
             .unwrap();
         let b = mss
-            .create(
-                &PostParams::default(),
-                &ms(&format!("m{i}"), json!({"model": "m", "image": "i"})),
-            )
+            .create(&PostParams::default(), &ms(&format!("m{i}"), json!({})))
             .await
             .unwrap();
         let (ra, rb) = (rv_of(&a.metadata), rv_of(&b.metadata));
@@ -273,7 +270,7 @@ async fn unknown_resources_are_404_like_a_missing_crd() {
     let (code, body) = raw(
         &client,
         "GET",
-        "/apis/serving.modelservice.dev/v1alpha1/namespaces/default/modelservices",
+        "/apis/serving.modelservice.dev/v1beta1/namespaces/default/modelservices",
         None,
         "",
     )
@@ -282,10 +279,7 @@ async fn unknown_resources_are_404_like_a_missing_crd() {
 
     server.install_resource(fake_apiserver::model_service());
     ms_api(&client, "default")
-        .create(
-            &PostParams::default(),
-            &ms("m", json!({"model": "m", "image": "i"})),
-        )
+        .create(&PostParams::default(), &ms("m", json!({})))
         .await
         .unwrap();
     assert!(server.uninstall_resource("modelservices"));
@@ -299,12 +293,9 @@ async fn unknown_resources_are_404_like_a_missing_crd() {
 async fn custom_resources_answer_an_immediate_delete_with_a_status() {
     let (_backend, client) = start_either().await;
     let api = ms_api(&client, ns(&client));
-    api.create(
-        &PostParams::default(),
-        &ms("m", json!({"model": "m", "image": "i", "replicas": 1})),
-    )
-    .await
-    .unwrap();
+    api.create(&PostParams::default(), &ms("m", json!({"replicas": 1})))
+        .await
+        .unwrap();
     let gone = api.delete("m", &DeleteParams::default()).await.unwrap();
     let status = gone.right().expect("a Status, as the real server answers");
     assert_eq!(

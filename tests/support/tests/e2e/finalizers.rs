@@ -21,7 +21,11 @@ async fn finalizers_hold_deletion_until_removed() {
     let created = api.create(&PostParams::default(), &o).await.unwrap();
     let mut events = api
         .watch(
-            &WatchParams::default().disable_bookmarks(),
+            // Only this object: a real namespace gets its kube-root-ca.crt
+            // ConfigMap at about this moment.
+            &WatchParams::default()
+                .disable_bookmarks()
+                .fields("metadata.name=a"),
             created.metadata.resource_version.as_deref().unwrap(),
         )
         .await

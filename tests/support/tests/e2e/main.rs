@@ -82,15 +82,28 @@ async fn real_client() -> Client {
     let crd_path =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../crds/modelservice.yaml");
     let text = std::fs::read_to_string(&crd_path).expect("crds/modelservice.yaml");
-    let crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("the CRD parses");
-    Api::<CustomResourceDefinition>::all(client.clone())
-        .patch(
+    let mut crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("the CRD parses");
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    let live = crds
+        .get_opt("modelservices.serving.modelservice.dev")
+        .await
+        .ok()
+        .flatten();
+    // A CRD that serves these versions already is left alone, and its
+    // conversion stanza is never ours: the operator keeps it.
+    let current = live.as_ref().is_some_and(|l| {
+        serde_json::to_value(&l.spec.versions).ok() == serde_json::to_value(&crd.spec.versions).ok()
+    });
+    if !current {
+        crd.spec.conversion = live.and_then(|l| l.spec.conversion);
+        crds.patch(
             "modelservices.serving.modelservice.dev",
             &PatchParams::apply("fake-diff").force(),
             &Patch::Apply(&crd),
         )
         .await
         .expect("install the ModelService CRD");
+    }
     let ns: Namespace = serde_json::from_value(serde_json::json!({
         "metadata": {"name": namespace, "labels": {"modelservice.dev/e2e": "true"}}}))
     .expect("namespace");
@@ -127,7 +140,7 @@ pub fn cm(name: &str, data: &[(&str, &str)]) -> ConfigMap {
 
 pub fn ms_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("serving.modelservice.dev", "v1alpha1", "ModelService"),
+        &GroupVersionKind::gvk("serving.modelservice.dev", "v1beta1", "ModelService"),
         "modelservices",
     )
 }
@@ -137,13 +150,16 @@ pub fn ms_api(client: &Client, ns: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), ns, &ms_resource())
 }
 
-/// A ModelService object with the given spec, plus the `model` and
-/// `image` its schema requires when the spec leaves them out (a real
-/// server refuses the object without them; the fake has no schema).
+/// A ModelService object (v1beta1, the storage version, so a real server
+/// needs no conversion webhook for it) with the given spec, plus the
+/// `model` and `runtime` its schema requires when the spec leaves them out
+/// (a real server refuses the object without them; the fake has no schema).
 pub fn ms(name: &str, mut spec: serde_json::Value) -> DynamicObject {
     if let Some(m) = spec.as_object_mut() {
-        m.entry("model").or_insert_with(|| "m".into());
-        m.entry("image").or_insert_with(|| "i".into());
+        m.entry("model")
+            .or_insert_with(|| serde_json::json!({"name": "m"}));
+        m.entry("runtime")
+            .or_insert_with(|| serde_json::json!({"image": "i"}));
     }
     let mut o = DynamicObject::new(name, &ms_resource());
     o.data = serde_json::json!({ "spec": spec });

@@ -676,11 +676,12 @@ async fn deletes_answer_at_the_request_version() {
 #[tokio::test]
 async fn without_a_converter_only_api_version_changes() {
     let (server, client) = crate::start().await;
+    let mut o = crate::ms("m", json!({"model": "llama"}));
+    if let Some(t) = o.types.as_mut() {
+        t.api_version = ALPHA.into();
+    }
     alpha(&client)
-        .create(
-            &PostParams::default(),
-            &crate::ms("m", json!({"model": "llama"})),
-        )
+        .create(&PostParams::default(), &o)
         .await
         .expect("create at v1alpha1");
     let stored = server
