@@ -54,7 +54,8 @@ COPY --from=builder /build/target/release/modelservice-operator /modelservice-op
 ENV LOG_FORMAT=json
 
 # /metrics, /healthz and /readyz (METRICS_ADDR, default 0.0.0.0:8080).
-EXPOSE 8080
+# 8080: metrics and health; 9443: the conversion webhook (HTTPS).
+EXPOSE 8080 9443
 
 # distroless "nonroot" (numeric, so Kubernetes can verify runAsNonRoot).
 USER 65532:65532

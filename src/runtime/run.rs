@@ -31,6 +31,10 @@ use crate::controller::{
 use crate::core::labels::MANAGER;
 use crate::webhook::{self, Convert, WebhookConfig, WebhookError};
 
+/// How long the webhook keeps serving after SIGTERM (well inside the
+/// chart's termination grace period of 30 s).
+const WEBHOOK_DRAIN: Duration = Duration::from_secs(5);
+
 /// Settings of `run`, already parsed.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
@@ -132,7 +136,15 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
     // listing them needs a webhook, and this replica may be the only one.
     let webhook = match cfg.webhook.clone() {
         Some(w) => {
-            let start = webhook::start(client.clone(), w, cfg.convert, shutdown.clone().wait());
+            // The webhook outlives the signal a little: the API server may
+            // still send this pod conversions until the endpoint removal
+            // reaches it, and a refused one fails the client's request.
+            let stop = shutdown.clone().wait();
+            let stop = async move {
+                stop.await;
+                tokio::time::sleep(WEBHOOK_DRAIN).await;
+            };
+            let start = webhook::start(client.clone(), w, cfg.convert, stop);
             match tokio::time::timeout(cfg.startup_timeout, start).await {
                 Ok(running) => Some(running?),
                 Err(_) => return Err(RunError::WebhookTimeout(cfg.startup_timeout)),
@@ -298,7 +310,7 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
     }
     let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
     if let Some(w) = webhook {
-        let _ = tokio::time::timeout(Duration::from_secs(5), w.handle).await;
+        let _ = tokio::time::timeout(WEBHOOK_DRAIN + Duration::from_secs(5), w.handle).await;
     }
     Ok(())
 }
