@@ -20,8 +20,8 @@ use tracing::info;
 
 use super::ClientConfigTarget;
 
-/// The path the webhook serves conversion on.
-pub const CONVERT_PATH: &str = "/convert";
+/// The path the webhook serves conversion on (the CRD's manifests name it too).
+pub use crate::api::WEBHOOK_PATH as CONVERT_PATH;
 
 /// What [`reconcile`] found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -43,7 +43,7 @@ use tls::{ServingCert, TlsError};
 pub type Convert = fn(serde_json::Value, &str) -> Result<serde_json::Value, String>;
 
 /// The name of the ModelService CRD, whose clientConfig the webhook keeps.
-pub const CRD_NAME: &str = "modelservices.serving.modelservice.dev";
+pub use crate::api::CRD_NAME;
 
 /// Everything the webhook needs to know, already parsed (see `cli`).
 #[derive(Clone, Debug, PartialEq, Eq)]
