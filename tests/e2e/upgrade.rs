@@ -235,6 +235,7 @@ async fn v1alpha1_objects_survive_the_upgrade_without_a_pod_restart() {
     let _ = old.wait();
 
     // The upgrade: this release's CRD, then its operator.
+    let upgraded = std::time::Instant::now();
     apply_crd(&client, &this_crd()).await;
     let port = free_port();
     let op = env
@@ -243,6 +244,10 @@ async fn v1alpha1_objects_survive_the_upgrade_without_a_pod_restart() {
         .webhook_for_the_crd(port)
         .start();
     op.ready().await;
+    eprintln!(
+        "upgrade: the new operator was ready {:?} after the new CRD",
+        upgraded.elapsed()
+    );
 
     // Every object reads back in both versions, unchanged in meaning.
     wait_for(

@@ -13,8 +13,10 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use kube::Client;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DynamicObject, PostParams};
+use kube::{Api, Client};
+use modelservice_operator::api::CRD_NAME;
 use serde_json::json;
 
 use crate::harness::{free_port, wait_for};
@@ -60,10 +62,27 @@ fn start_host() -> u16 {
     })
 }
 
-/// Returns once a v1alpha1 write to `namespace` converts: the shared webhook
-/// is up and the CRD points at it.
+/// Returns once a v1alpha1 write to `namespace` converts: the CRD points at
+/// the shared webhook, and it answers. (A write alone proves nothing: with
+/// no conversion stanza the API server only relabels the object, and a
+/// v1alpha1 create succeeds without any webhook.)
 pub async fn ensure(client: &Client, namespace: &str) {
-    start_host();
+    let url = format!("https://127.0.0.1:{}/convert", start_host());
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    wait_for(
+        "the CRD to name the shared conversion webhook",
+        Duration::from_secs(60),
+        || async {
+            let crd = crds.get(CRD_NAME).await.ok()?;
+            let conversion = crd.spec.conversion?;
+            let config = conversion.webhook?.client_config?;
+            (conversion.strategy == "Webhook"
+                && config.url.as_deref() == Some(url.as_str())
+                && config.ca_bundle.is_some())
+            .then_some(())
+        },
+    )
+    .await;
     let probe: DynamicObject = serde_json::from_value(json!({
         "apiVersion": V1ALPHA1, "kind": "ModelService",
         "metadata": {"name": "conversion-probe", "namespace": namespace},
