@@ -79,6 +79,18 @@ async fn start_over_with(client: &Client, crd: &CustomResourceDefinition) {
                     .await;
             }
         }
+        // The CRD may still name the webhook of a test binary that has
+        // exited; the API server's cleanup of the instances would wait on
+        // it (its v1alpha1 watch cache cannot list them) until it gives up.
+        let _ = crds
+            .patch(
+                CRD_NAME,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"spec": {"conversion": {"strategy": "None", "webhook": null}}}),
+                ),
+            )
+            .await;
         let _ = crds.delete(CRD_NAME, &DeleteParams::default()).await;
         wait_for("the CRD to be deleted", CONVERGE, || async {
             crds.get_opt(CRD_NAME)
@@ -375,5 +387,93 @@ async fn v1alpha1_objects_survive_the_upgrade_without_a_pod_restart() {
             )
             .await;
     }
+    env.finish().await;
+}
+
+/// cert-manager's way: the certificate, its key and the issuing CA are
+/// files (a mounted Secret), and the API server trusts the webhook through
+/// the `caBundle` the operator copies from `ca.crt`. It points the
+/// cluster-wide CRD at this test's operator, so it runs with `upgrade::`,
+/// alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_from_cert_manager_files_are_served_and_trusted() {
+    use modelservice_operator::webhook::certs::{Sans, issue_serving, new_ca};
+    const NAME: &str = "upgrade::certificates_from_cert_manager_files_are_served_and_trusted";
+    if !needs_real(
+        NAME,
+        "only a real API server calls the webhook and checks its certificate",
+    ) {
+        return;
+    }
+    let env = Env::new().await;
+    let now = time::OffsetDateTime::now_utc();
+    let ca = new_ca(now).expect("a CA");
+    let serving = issue_serving(&ca, &Sans::for_host("127.0.0.1"), now).expect("a certificate");
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (file, pem) in [
+        ("tls.crt", &serving.cert_pem),
+        ("tls.key", &serving.key_pem),
+        ("ca.crt", &ca.cert_pem),
+    ] {
+        std::fs::write(dir.path().join(file), pem).expect("write");
+    }
+    let port = free_port();
+    let _op = env
+        .operator()
+        .webhook_for_the_crd(port)
+        .arg("--webhook-certs")
+        .arg("external")
+        .arg("--webhook-cert-dir")
+        .arg(dir.path().display().to_string())
+        .start();
+    let crds = Api::<CustomResourceDefinition>::all(env.client.clone());
+    let url = format!("https://127.0.0.1:{port}/convert");
+    wait_for("the CRD to trust cert-manager's CA", CONVERGE, || async {
+        let config = crds
+            .get(CRD_NAME)
+            .await
+            .ok()?
+            .spec
+            .conversion?
+            .webhook?
+            .client_config?;
+        (config.url.as_deref() == Some(url.as_str())
+            && config.ca_bundle.as_ref().map(|b| b.0.as_slice()) == Some(ca.cert_pem.as_bytes()))
+        .then_some(())
+    })
+    .await;
+    // A v1beta1-only field read in v1alpha1: the API server called the
+    // webhook over TLS with that certificate.
+    let beta = dynamic_ms_api(&env.client, &env.namespace, V1BETA1);
+    let ms: DynamicObject = serde_json::from_value(json!({"apiVersion": V1BETA1, "kind": "ModelService",
+        "metadata": {"name": "tls", "namespace": env.namespace},
+        "spec": {"model": {"name": "m"}, "runtime": {"image": serving_image(), "preset": "tgi"}, "resources": {"gpus": 0}}}))
+    .expect("object");
+    beta.patch(
+        "tls",
+        &PatchParams::apply("gitops").force(),
+        &Patch::Apply(&ms),
+    )
+    .await
+    .expect("apply");
+    let alpha = dynamic_ms_api(&env.client, &env.namespace, V1ALPHA1);
+    let read = wait_for("a v1alpha1 read through the webhook", CONVERGE, || async {
+        alpha.get("tls").await.ok()
+    })
+    .await;
+    assert_eq!(read.data["spec"]["model"], "m");
+    assert_eq!(
+        read.metadata.annotations.unwrap_or_default()
+            [modelservice_operator::core::convert::FIELDS_ANNOTATION],
+        r#"{"runtime":{"preset":"tgi"}}"#
+    );
+    let _ = env
+        .api::<ModelService>()
+        .patch(
+            "tls",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await;
     env.finish().await;
 }
