@@ -327,6 +327,11 @@ async fn v1alpha1_objects_survive_the_upgrade_without_a_pod_restart() {
         op.metric("modelservice_storage_migration_complete"),
         Some(1.0)
     );
+    eprintln!(
+        "upgrade: storage migration of {} objects complete {:?} after the new CRD",
+        docs.len(),
+        upgraded.elapsed()
+    );
 
     // GitOps re-applies the same v1alpha1 manifests: nothing changes.
     let again = apply_all(&env, &docs).await;
