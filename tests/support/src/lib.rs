@@ -24,6 +24,7 @@ mod patch;
 mod pause;
 pub mod quantity;
 mod resources;
+mod schema;
 mod selector;
 mod server;
 mod shared;
