@@ -218,14 +218,43 @@ async fn hand_over_replicas(ctx: &Context, desired: &Deployment) -> Result<(), E
         return Ok(());
     };
     let wants_replicas = desired.spec.replicas.is_some();
-    let Some(current) = cached(&ctx.stores.deployments.store, ns, name) else {
+    if wants_replicas {
         return Ok(());
+    }
+    let api: Api<LeanDeployment> = Api::namespaced(ctx.client.clone(), ns);
+    // The count to keep must be the live one. A cache that has not seen
+    // the Deployment, or not our latest write to it, would hand over a
+    // stale count or none (then the main apply drops the field and the
+    // server defaults it to 1): read it once instead. That happens only
+    // right after a write of ours, so a settled object costs nothing.
+    let cached_dep = cached(&ctx.stores.deployments.store, ns, name);
+    let key = recent::key("Deployment", ns, name);
+    let cached_rv = cached_dep
+        .as_ref()
+        .and_then(|d| d.meta().resource_version.clone());
+    let behind = cached_dep.is_none()
+        || ctx
+            .applied
+            .newer_than_cache(&key, cached_rv.as_deref(), &ctx.stores.deployments.fresh)
+            .is_some();
+    let current = if behind {
+        match api.get_opt(name).await {
+            Ok(Some(d)) => d,
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                return Err(Error::kube(
+                    format!("reading Deployment {ns}/{name} before handing over replicas"),
+                    e,
+                ));
+            }
+        }
+    } else {
+        match cached_dep {
+            Some(d) => d.as_ref().clone(),
+            None => return Ok(()),
+        }
     };
-    let Some(replicas) = current
-        .state()
-        .replicas
-        .filter(|_| current.owns_replicas && !wants_replicas)
-    else {
+    let Some(replicas) = current.state().replicas.filter(|_| current.owns_replicas) else {
         return Ok(());
     };
     let keep = serde_json::json!({
@@ -233,7 +262,6 @@ async fn hand_over_replicas(ctx: &Context, desired: &Deployment) -> Result<(), E
         "metadata": {"name": name, "namespace": ns},
         "spec": {"replicas": replicas},
     });
-    let api: Api<LeanDeployment> = Api::namespaced(ctx.client.clone(), ns);
     api.patch(
         name,
         &PatchParams::apply(HANDOVER_MANAGER).force(),
