@@ -1,9 +1,10 @@
 //! A custom resource served at two versions: objects stored at `v1beta1`,
 //! converted for `v1alpha1` by a conversion hook, on every verb.
 //!
-//! Fake-only, all of them: on a real server the second version needs a CRD
-//! that serves it and a deployed conversion webhook, and the repository's
-//! CRD serves `v1alpha1` only.
+//! Fake-only, all of them: they use a test converter with shapes of their
+//! own, which on a real server would need a webhook serving it. The
+//! operator's own conversion is run on a real server by the main crate's
+//! e2e suite (both versions, through its webhook).
 
 use std::sync::Arc;
 use std::time::Duration;
