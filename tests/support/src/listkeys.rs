@@ -74,19 +74,6 @@ pub fn list_kind_at(path: &[PathElem], field: &str, a: &[Value], b: &[Value]) ->
     from_schema.unwrap_or_else(|| list_kind(field, a, b))
 }
 
-/// Whether the map at `path` is one value (`x-kubernetes-map-type:
-/// atomic` in the schema in scope): replaced whole and owned as one field.
-pub fn map_is_atomic(path: &[PathElem]) -> bool {
-    SCHEMAS.with(|c| {
-        c.borrow().as_ref().is_some_and(|s| {
-            s.node_at(path)
-                .and_then(|n| n.get("x-kubernetes-map-type"))
-                .and_then(Value::as_str)
-                == Some("atomic")
-        })
-    })
-}
-
 fn schema_kind(node: &Value) -> ListKind {
     match node.get("x-kubernetes-list-type").and_then(Value::as_str) {
         Some("set") => ListKind::Set,
@@ -162,8 +149,7 @@ mod tests {
                     "ports": {"type": "array", "x-kubernetes-list-type": "map",
                         "x-kubernetes-list-map-keys": ["port", "protocol"]}
                 }},
-                "x": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                "ref": {"type": "object", "x-kubernetes-map-type": "atomic"}
+                "x": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
             }}),
         )]);
         let env = vec![json!({"name": "A"})];
@@ -197,8 +183,6 @@ mod tests {
             ),
             ListKind::Set
         );
-        assert!(map_is_atomic(&at(&["ref"])));
-        assert!(!map_is_atomic(&at(&["spec"])));
         let item = json!({"protocol": "TCP", "port": 80});
         assert_eq!(
             item_key(&item, &["port".into(), "protocol".into()]).expect("has both"),

@@ -8,7 +8,7 @@
 use serde_json::Value;
 
 use super::fieldset::{FieldPath, FieldSet, PathElem, paths_of, tracked_view};
-use crate::listkeys::{ListKind, item_key, list_kind_at, map_is_atomic};
+use crate::listkeys::{ListKind, item_key, list_kind_at};
 
 /// Paths set or changed by going from `old` to `new`, and paths that
 /// disappeared.
@@ -63,9 +63,6 @@ fn diff_value(a: &Value, b: &Value, prefix: &mut FieldPath, field: &str, c: &mut
         return;
     }
     match (a, b) {
-        (Value::Object(_), Value::Object(_)) if map_is_atomic(prefix) => {
-            c.changed.insert(prefix.clone())
-        }
         (Value::Object(am), Value::Object(bm)) if !am.is_empty() && !bm.is_empty() => {
             diff_maps(a, b, prefix, c)
         }

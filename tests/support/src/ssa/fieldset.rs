@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value};
 
-use crate::listkeys::{ListKind, item_key, list_kind_at, map_is_atomic};
+use crate::listkeys::{ListKind, item_key, list_kind_at};
 
 /// One step of a field path.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -165,7 +165,7 @@ fn parse_node(node: &Map<String, Value>, prefix: &mut FieldPath, out: &mut Field
 /// Adds every path of `value`, found at `prefix` under map key `field`.
 pub fn paths_of(value: &Value, prefix: &mut FieldPath, field: &str, out: &mut FieldSet) {
     match value {
-        Value::Object(m) if !m.is_empty() && !map_is_atomic(prefix) => {
+        Value::Object(m) if !m.is_empty() => {
             for (k, v) in m {
                 prefix.push(PathElem::Field(k.clone()));
                 paths_of(v, prefix, k, out);

@@ -7,7 +7,7 @@
 use serde_json::Value;
 
 use super::fieldset::{FieldPath, PathElem};
-use crate::listkeys::{ListKind, item_key, list_kind_at, map_is_atomic};
+use crate::listkeys::{ListKind, item_key, list_kind_at};
 
 /// Merges `src` into `dst` (both maps); `null` in `src` deletes the field.
 pub fn merge_map(dst: &mut Value, src: &Value) {
@@ -45,9 +45,7 @@ fn merge_map_at(dst: &mut Value, src: &Value, prefix: &mut FieldPath) {
 
 fn merge_value(dst: &mut Value, src: &Value, field: &str, prefix: &mut FieldPath) {
     match (&mut *dst, src) {
-        (Value::Object(_), Value::Object(_)) if !map_is_atomic(prefix) => {
-            merge_map_at(dst, src, prefix)
-        }
+        (Value::Object(_), Value::Object(_)) => merge_map_at(dst, src, prefix),
         (Value::Array(d), Value::Array(s)) => match list_kind_at(prefix, field, d, s) {
             ListKind::Keyed(keys) => {
                 for item in s {
