@@ -24,7 +24,6 @@ mod patch;
 mod pause;
 pub mod quantity;
 mod resources;
-mod schema;
 mod selector;
 mod server;
 mod shared;

@@ -114,7 +114,6 @@ pub fn apply(
         });
     }
     let config = restrict(ctx, name, parse_body(body)?)?;
-    let _schema = ctx.schema_scope(store);
     let views = ctx.views();
     let params = ApplyParams {
         manager: &ctx.manager,

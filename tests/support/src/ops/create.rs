@@ -198,7 +198,6 @@ pub fn create(
     let (key, mut obj) = prepare(store, ctx, body)?;
     if ownership == Ownership::Creator {
         let views = ctx.views();
-        let _schema = ctx.schema_scope(store);
         track_update(None, &mut obj, &ctx.writer(&views))?;
     }
     let obj = ctx.to_storage(obj)?;

@@ -115,16 +115,6 @@ impl Ctx {
         }
     }
 
-    /// Field-set decisions of this request follow the request version's CRD
-    /// schema (if the type's CRD is stored) while the scope lives.
-    pub fn schema_scope(&self, store: &Store) -> crate::listkeys::SchemaScope {
-        crate::listkeys::SchemaScope::enter(crate::schema::Schemas::of(
-            store,
-            &self.info,
-            &self.api_version,
-        ))
-    }
-
     pub fn views(&self) -> crate::convert::Views<'_> {
         crate::convert::Views { info: &self.info }
     }

@@ -145,7 +145,6 @@ pub fn finish_update(
     }
     if tracking == Tracking::Update {
         let views = ctx.views();
-        let _schema = ctx.schema_scope(store);
         track_update(Some(old), &mut new, &ctx.writer(&views))?;
     }
 

@@ -59,7 +59,7 @@ fn merge_field(dst: &mut Value, src: &Value, field: &str) {
     match (&mut *dst, src) {
         (Value::Object(_), Value::Object(_)) => merge(dst, src),
         (Value::Array(d), Value::Array(s)) => match list_kind(field, d, s) {
-            ListKind::Keyed(keys) => merge_keyed(d, s, &keys),
+            ListKind::Keyed(key) => merge_keyed(d, s, key),
             ListKind::Set => {
                 for v in s {
                     if !d.contains(v) {
@@ -77,7 +77,7 @@ fn merge_field(dst: &mut Value, src: &Value, field: &str) {
     }
 }
 
-fn merge_keyed(dst: &mut Vec<Value>, src: &[Value], key: &[String]) {
+fn merge_keyed(dst: &mut Vec<Value>, src: &[Value], key: &str) {
     for item in src {
         let k = item_key(item, key);
         let pos = dst

@@ -8,7 +8,7 @@
 use serde_json::Value;
 
 use super::fieldset::{FieldPath, FieldSet, PathElem, paths_of, tracked_view};
-use crate::listkeys::{ListKind, item_key, list_kind_at};
+use crate::listkeys::{ListKind, item_key, list_kind};
 
 /// Paths set or changed by going from `old` to `new`, and paths that
 /// disappeared.
@@ -66,8 +66,8 @@ fn diff_value(a: &Value, b: &Value, prefix: &mut FieldPath, field: &str, c: &mut
         (Value::Object(am), Value::Object(bm)) if !am.is_empty() && !bm.is_empty() => {
             diff_maps(a, b, prefix, c)
         }
-        (Value::Array(x), Value::Array(y)) => match list_kind_at(prefix, field, x, y) {
-            ListKind::Keyed(keys) => diff_keyed(x, y, &keys, prefix, c),
+        (Value::Array(x), Value::Array(y)) => match list_kind(field, x, y) {
+            ListKind::Keyed(key) => diff_keyed(x, y, key, prefix, c),
             ListKind::Set => {
                 for item in y.iter().filter(|i| !x.contains(i)) {
                     prefix.push(PathElem::Value(item.to_string()));
@@ -89,7 +89,7 @@ fn diff_value(a: &Value, b: &Value, prefix: &mut FieldPath, field: &str, c: &mut
     }
 }
 
-fn diff_keyed(x: &[Value], y: &[Value], key: &[String], prefix: &mut FieldPath, c: &mut Changes) {
+fn diff_keyed(x: &[Value], y: &[Value], key: &str, prefix: &mut FieldPath, c: &mut Changes) {
     let find = |items: &[Value], k: &str| {
         items
             .iter()

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value};
 
-use crate::listkeys::{ListKind, item_key, list_kind_at};
+use crate::listkeys::{ListKind, item_key, list_kind};
 
 /// One step of a field path.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -172,10 +172,10 @@ pub fn paths_of(value: &Value, prefix: &mut FieldPath, field: &str, out: &mut Fi
                 prefix.pop();
             }
         }
-        Value::Array(items) => match list_kind_at(prefix, field, items, &[]) {
-            ListKind::Keyed(keys) => {
+        Value::Array(items) => match list_kind(field, items, &[]) {
+            ListKind::Keyed(key) => {
                 for item in items {
-                    let Some(k) = item_key(item, &keys) else {
+                    let Some(k) = item_key(item, key) else {
                         continue;
                     };
                     prefix.push(PathElem::Key(k));

@@ -6,16 +6,10 @@
 
 use serde_json::Value;
 
-use super::fieldset::{FieldPath, PathElem};
-use crate::listkeys::{ListKind, item_key, list_kind_at};
+use crate::listkeys::{ListKind, item_key, list_kind};
 
 /// Merges `src` into `dst` (both maps); `null` in `src` deletes the field.
 pub fn merge_map(dst: &mut Value, src: &Value) {
-    merge_map_at(dst, src, &mut Vec::new());
-}
-
-/// [`merge_map`] of the maps at `prefix`, which decides list identity.
-fn merge_map_at(dst: &mut Value, src: &Value, prefix: &mut FieldPath) {
     let Some(sm) = src.as_object() else {
         return;
     };
@@ -31,11 +25,7 @@ fn merge_map_at(dst: &mut Value, src: &Value, prefix: &mut FieldPath) {
             continue;
         }
         match dm.get_mut(k) {
-            Some(dv) => {
-                prefix.push(PathElem::Field(k.clone()));
-                merge_value(dv, sv, k, prefix);
-                prefix.pop();
-            }
+            Some(dv) => merge_value(dv, sv, k),
             None => {
                 dm.insert(k.clone(), sv.clone());
             }
@@ -43,22 +33,15 @@ fn merge_map_at(dst: &mut Value, src: &Value, prefix: &mut FieldPath) {
     }
 }
 
-fn merge_value(dst: &mut Value, src: &Value, field: &str, prefix: &mut FieldPath) {
+fn merge_value(dst: &mut Value, src: &Value, field: &str) {
     match (&mut *dst, src) {
-        (Value::Object(_), Value::Object(_)) => merge_map_at(dst, src, prefix),
-        (Value::Array(d), Value::Array(s)) => match list_kind_at(prefix, field, d, s) {
-            ListKind::Keyed(keys) => {
+        (Value::Object(_), Value::Object(_)) => merge_map(dst, src),
+        (Value::Array(d), Value::Array(s)) => match list_kind(field, d, s) {
+            ListKind::Keyed(key) => {
                 for item in s {
-                    let k = item_key(item, &keys);
-                    match d
-                        .iter_mut()
-                        .find(|i| k.is_some() && item_key(i, &keys) == k)
-                    {
-                        Some(existing) => {
-                            prefix.push(PathElem::Key(k.clone().unwrap_or_default()));
-                            merge_map_at(existing, item, prefix);
-                            prefix.pop();
-                        }
+                    let k = item_key(item, key);
+                    match d.iter_mut().find(|i| k.is_some() && item_key(i, key) == k) {
+                        Some(existing) => merge_map(existing, item),
                         None => d.push(item.clone()),
                     }
                 }

@@ -51,27 +51,6 @@ pub async fn start_either() -> (Backend, Client) {
     }
 }
 
-/// [`start_either`] with the repository's ModelService CRD stored in the
-/// fake too (a real cluster has it already), so custom resources follow its
-/// schema on both back ends.
-pub async fn start_either_with_crd() -> (Backend, Client) {
-    let (backend, client) = start_either().await;
-    if let Backend::Fake(_) = backend {
-        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-        let crd_path =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../crds/modelservice.yaml");
-        let text = std::fs::read_to_string(&crd_path).expect("crds/modelservice.yaml");
-        let mut crd: CustomResourceDefinition =
-            serde_yaml::from_str(&text).expect("the CRD parses");
-        crd.spec.conversion = None;
-        Api::<CustomResourceDefinition>::all(client.clone())
-            .create(&Default::default(), &crd)
-            .await
-            .expect("store the ModelService CRD");
-    }
-    (backend, client)
-}
-
 /// The ConfigMap a real cluster's kube-controller-manager publishes into
 /// every namespace. The fake is an API server only, so it has none; tests
 /// of ConfigMaps look past it.

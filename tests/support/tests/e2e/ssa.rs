@@ -8,7 +8,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, WatchParams};
 use serde_json::json;
 
-use crate::{ms_api, ns, rv_of, start, start_either, start_either_with_crd, status_of};
+use crate::{ms_api, ns, rv_of, start, start_either, status_of};
 
 fn config(labels: serde_json::Value, data: serde_json::Value) -> serde_json::Value {
     json!({
@@ -168,123 +168,6 @@ async fn conflicting_apply_needs_force() {
 
 // Fake-only: it merges lists under fields the ModelService schema does not
 // declare, which a real server refuses in an apply (the fake has no schema).
-/// Lists of a custom resource merge as its CRD's schema says: `env` has no
-/// `x-kubernetes-list-type`, so it is atomic (one owner, replaced whole);
-/// `status.conditions` is a map keyed by `type`.
-#[tokio::test]
-async fn apply_follows_the_crd_schema_for_list_merging() {
-    let (_backend, client) = start_either_with_crd().await;
-    let api = ms_api(&client, ns(&client));
-    let ms = |spec: serde_json::Value| {
-        json!({
-            "apiVersion": "serving.modelservice.dev/v1beta1", "kind": "ModelService",
-            "metadata": {"name": "schema-lists"}, "spec": spec
-        })
-    };
-    api.patch(
-        "schema-lists",
-        &PatchParams::apply("op"),
-        &Patch::Apply(ms(json!({"model": {"name": "m"}, "runtime": {"image": "i",
-            "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]}}))),
-    )
-    .await
-    .expect("op applies");
-    let sidecar = ms(json!({"runtime": {"env": [{"name": "C", "value": "3"}]}}));
-    let s = status_of(
-        api.patch(
-            "schema-lists",
-            &PatchParams::apply("sidecar"),
-            &Patch::Apply(sidecar.clone()),
-        )
-        .await,
-    );
-    assert_eq!(
-        (s.code, s.message.as_str()),
-        (
-            409,
-            "Apply failed with 1 conflict: conflict with \"op\": .spec.runtime.env"
-        ),
-        "one env entry of another manager is a change to op's whole list"
-    );
-    let o = api
-        .patch(
-            "schema-lists",
-            &PatchParams::apply("sidecar").force(),
-            &Patch::Apply(sidecar),
-        )
-        .await
-        .expect("sidecar forces");
-    assert_eq!(
-        o.data["spec"]["runtime"]["env"],
-        json!([{"name": "C", "value": "3"}])
-    );
-    let fields = |o: &kube::api::DynamicObject, manager: &str, sub: Option<&str>| {
-        o.metadata
-            .managed_fields
-            .iter()
-            .flatten()
-            .find(|e| e.manager.as_deref() == Some(manager) && e.subresource.as_deref() == sub)
-            .and_then(|e| e.fields_v1.as_ref())
-            .map(|f| f.0.clone())
-            .unwrap_or_else(|| panic!("{manager} owns fields"))
-    };
-    assert_eq!(
-        fields(&o, "sidecar", None),
-        json!({"f:spec": {"f:runtime": {"f:env": {}}}})
-    );
-    assert!(
-        fields(&o, "op", None)["f:spec"]["f:runtime"]
-            .get("f:env")
-            .is_none(),
-        "op lost the list"
-    );
-
-    let condition = |t: &str| {
-        json!({"type": t, "status": "True", "reason": "R", "message": "",
-            "lastTransitionTime": "2026-01-01T00:00:00Z"})
-    };
-    let status = |t: &str| {
-        json!({
-            "apiVersion": "serving.modelservice.dev/v1beta1", "kind": "ModelService",
-            "metadata": {"name": "schema-lists"},
-            "status": {"conditions": [condition(t)]}
-        })
-    };
-    api.patch_status(
-        "schema-lists",
-        &PatchParams::apply("op"),
-        &Patch::Apply(status("Ready")),
-    )
-    .await
-    .expect("op applies status");
-    let o = api
-        .patch_status(
-            "schema-lists",
-            &PatchParams::apply("probe"),
-            &Patch::Apply(status("Degraded")),
-        )
-        .await
-        .expect("probe applies status");
-    let mut types: Vec<&str> = o.data["status"]["conditions"]
-        .as_array()
-        .expect("conditions")
-        .iter()
-        .filter_map(|c| c["type"].as_str())
-        .collect();
-    types.sort();
-    assert_eq!(types, ["Degraded", "Ready"], "merged by type");
-    let probe = fields(&o, "probe", Some("status"));
-    assert!(
-        probe["f:status"]["f:conditions"]
-            .get("k:{\"type\":\"Degraded\"}")
-            .is_some(),
-        "{probe}"
-    );
-}
-
-/// Fake only: `spec.containers` is not in the ModelService schema (a real
-/// server prunes it); without a stored CRD the fake merges a custom
-/// resource's lists by its rulebook.
 #[tokio::test]
 async fn apply_merges_keyed_lists_and_applies_status_separately() {
     let (_server, client) = start().await;
