@@ -801,7 +801,7 @@ def dockerfile_shape() -> str:
     expect(get("ENTRYPOINT") == ['["/modelservice-operator"]'], f"ENTRYPOINT {get('ENTRYPOINT')}")
     expect(get("CMD") == ['["run"]'], f"CMD {get('CMD')}")
     expect("LOG_FORMAT=json" in get("ENV"), f"ENV {get('ENV')}")
-    expect(get("EXPOSE") == ["8080"], f"EXPOSE {get('EXPOSE')}")
+    expect(get("EXPOSE") == ["8080 9443"], f"EXPOSE {get('EXPOSE')} (metrics and health, then the conversion webhook)")
     expect(get("USER") and get("USER")[-1].split(":")[0] not in ("0", "root"), "runtime must run as non-root")
     builds = [r for w, r in ins if w == "RUN" and "cargo build" in r]
     expect(len(builds) == 2 and all("--release --locked" in b for b in builds), "two cargo build --release --locked steps (deps, then sources)")
