@@ -91,8 +91,20 @@ async fn start_over_with(client: &Client, crd: &CustomResourceDefinition) {
                 ),
             )
             .await;
+        // The API server rebuilds the CRD's storage for the new conversion a
+        // moment later; deleting before that leaves the cleanup on the old
+        // one (CI caught it). A v1alpha1 list that succeeds was served by
+        // the new one.
+        wait_for("the CRD to serve without a webhook", CONVERGE, || async {
+            Api::<DynamicObject>::all_with(client.clone(), &resource(V1ALPHA1))
+                .list(&ListParams::default())
+                .await
+                .ok()
+                .map(|_| ())
+        })
+        .await;
         let _ = crds.delete(CRD_NAME, &DeleteParams::default()).await;
-        wait_for("the CRD to be deleted", CONVERGE, || async {
+        wait_for("the CRD to be deleted", 2 * CONVERGE, || async {
             crds.get_opt(CRD_NAME)
                 .await
                 .ok()
