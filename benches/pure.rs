@@ -68,6 +68,7 @@ fn pure_path(c: &mut Criterion) {
                 blocked: None,
                 deployment: Some((&observed_dep).into()),
                 pods: &[],
+                autoscaler: None,
             };
             black_box((unchanged, compute(ms.status.as_ref(), &o, &now)))
         })

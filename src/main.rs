@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use modelservice_operator::api::crd_yaml;
 use modelservice_operator::controller::ControllerConfig;
+use modelservice_operator::core::OperatorDefaults;
 use modelservice_operator::core::convert::convert_object;
 use modelservice_operator::runtime::cli::{Cli, Command, LogFormat, RunArgs};
 use modelservice_operator::runtime::leader::{self, ElectionConfig};
@@ -84,6 +85,10 @@ async fn run_command(args: RunArgs) -> Result<(), String> {
         controller: ControllerConfig {
             resync: args.resync_period,
             concurrency: args.concurrency,
+            discovery_interval: args.discovery_interval,
+            defaults: OperatorDefaults {
+                prometheus_address: args.prometheus_address.clone(),
+            },
             ..ControllerConfig::default()
         },
         startup_timeout: args.startup_timeout,

@@ -178,8 +178,27 @@ fn preset() -> impl Strategy<Value = Option<api::Preset>> {
     ])
 }
 
+/// The v1beta1-only autoscaling fields (KEDA), any of them set or not.
+type KedaFields = (
+    Option<api::Engine>,
+    Option<String>,
+    Option<i32>,
+    Option<i32>,
+    Option<i32>,
+);
+
+fn keda_fields() -> impl Strategy<Value = KedaFields> {
+    (
+        proptest::option::of(prop_oneof![Just(api::Engine::Hpa), Just(api::Engine::Keda)]),
+        proptest::option::of("http://[a-z]{1,8}:9090"),
+        proptest::option::of(0..10i32),
+        proptest::option::of(0..600i32),
+        proptest::option::of(1..60i32),
+    )
+}
+
 fn beta_spec() -> impl Strategy<Value = api::ModelServiceSpec> {
-    (alpha_spec(), preset()).prop_map(|(a, preset)| api::ModelServiceSpec {
+    (alpha_spec(), preset(), keda_fields()).prop_map(|(a, preset, keda)| api::ModelServiceSpec {
         model: api::Model {
             name: a.model,
             version: a.model_version,
@@ -206,10 +225,15 @@ fn beta_spec() -> impl Strategy<Value = api::ModelServiceSpec> {
             strategy: a.strategy,
         },
         autoscaling: a.autoscaling.map(|x| api::Autoscaling {
+            engine: keda.0,
             min_replicas: x.min_replicas,
             max_replicas: x.max_replicas,
             target_queue_length: x.target_queue_length,
             metric: x.metric,
+            prometheus: keda.1.map(|address| api::PrometheusSource { address }),
+            activation_queue_length: keda.2,
+            cooldown_seconds: keda.3,
+            polling_seconds: keda.4,
         }),
     })
 }

@@ -152,6 +152,7 @@ async fn write(client: &Client, ns: &str, ms: ModelService, event: bool) {
         blocked: None,
         deployment: None,
         pods: &[],
+        autoscaler: None,
     };
     let status = compute(
         None,

@@ -10,6 +10,7 @@
 
 mod crd;
 mod defaults;
+pub mod keda;
 mod status;
 pub mod v1alpha1;
 pub mod v1beta1;
@@ -18,8 +19,8 @@ pub use crd::{
     CRD_FILE, CRD_NAME, DEPRECATION_WARNING, GROUP, STORAGE_VERSION, WEBHOOK_PATH, crd, crd_yaml,
 };
 pub use defaults::{DEFAULT_GPU_RESOURCE, DEFAULT_METRIC, DEFAULT_PORT};
-pub use status::{ModelServiceStatus, condition_types};
+pub use status::{AutoscalerStatus, ModelServiceStatus, condition_types};
 pub use v1beta1::{
-    Autoscaling, Model, ModelService, ModelServiceSpec, Preset, Resources, Rollout,
-    RolloutStrategy, Runtime, Scheduling,
+    Autoscaling, Engine, Model, ModelService, ModelServiceSpec, Preset, PrometheusSource,
+    Resources, Rollout, RolloutStrategy, Runtime, Scheduling,
 };

@@ -27,6 +27,26 @@ pub struct ModelServiceStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+    /// The autoscaler as it reports itself, with autoscaling.engine KEDA: whether KEDA's ScaledObject is Ready (its trigger works) and Active (scaling above zero).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaler: Option<AutoscalerStatus>,
+}
+
+/// What the autoscaler says of itself.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoscalerStatus {
+    /// The engine: KEDA.
+    pub engine: String,
+    /// The ScaledObject's Ready condition status (True, False or Unknown); unset until KEDA reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<String>,
+    /// The ScaledObject's Active condition status: True while the trigger asks for replicas above zero.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active: Option<String>,
+    /// KEDA's message on its Ready condition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// The condition types the operator maintains.

@@ -238,24 +238,71 @@ pub enum RolloutStrategy {
     Recreate,
 }
 
-/// Queue-length based autoscaling.
+/// Queue-length based autoscaling, by an HPA or by KEDA.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[x_kube(validation = kube::core::Rule::new("self.maxReplicas >= self.minReplicas").message("autoscaling.maxReplicas must be greater than or equal to autoscaling.minReplicas").field_path(".maxReplicas"))]
+#[x_kube(validation = kube::core::Rule::new("self.minReplicas >= 1 || (has(self.engine) && self.engine == 'KEDA')").message("autoscaling.minReplicas may be 0 only with autoscaling.engine KEDA (scale to zero)").field_path(".minReplicas"))]
 #[serde(rename_all = "camelCase")]
 pub struct Autoscaling {
-    /// Fewest replicas the autoscaler keeps.
+    /// What scales the Deployment: HPA (default; a HorizontalPodAutoscaler on a per-pod custom metric) or KEDA (a KEDA ScaledObject on a Prometheus query, which can scale to zero).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<Engine>,
+    /// Fewest replicas the autoscaler keeps; 0 (scale to zero) only with engine KEDA.
     #[serde(default = "default_min_replicas")]
-    #[schemars(range(min = 1, max = 100))]
+    #[schemars(range(min = 0, max = 100))]
     pub min_replicas: i32,
     /// Most replicas the autoscaler may create; must be at least minReplicas.
     #[schemars(range(min = 1, max = 100))]
     pub max_replicas: i32,
-    /// Waiting requests one replica should carry: the HPA keeps replicas = ceil(total queue / targetQueueLength), within the bounds.
+    /// Waiting requests one replica should carry: the autoscaler keeps replicas = ceil(total queue / targetQueueLength), within the bounds.
     #[serde(default = "default_target_queue_length")]
     #[schemars(range(min = 1))]
     pub target_queue_length: i32,
-    /// The per-pod metric (served by a custom metrics adapter such as prometheus-adapter) that measures the queue.
+    /// The per-pod metric that measures the queue. HPA: served by a custom metrics adapter such as prometheus-adapter. KEDA: a Prometheus metric, summed over this ModelService's pods.
     #[serde(default = "default_metric")]
     #[schemars(length(min = 1))]
     pub metric: String,
+    /// KEDA only: the Prometheus server the trigger queries. Default: the operator's --prometheus-address (chart value keda.prometheusAddress).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prometheus: Option<PrometheusSource>,
+    /// KEDA only: the summed queue above which a model scaled to zero wakes up (KEDA's activationThreshold). Default 0: the first waiting request wakes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub activation_queue_length: Option<i32>,
+    /// KEDA only: seconds without waiting requests before scaling to zero (KEDA's cooldownPeriod). Default 300.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub cooldown_seconds: Option<i32>,
+    /// KEDA only: seconds between two reads of the query (KEDA's pollingInterval). Default 30.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub polling_seconds: Option<i32>,
+}
+
+/// The autoscaler that owns the replica count.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Engine {
+    /// A HorizontalPodAutoscaler (autoscaling/v2) on a per-pod custom metric.
+    #[default]
+    #[serde(rename = "HPA")]
+    Hpa,
+    /// A KEDA ScaledObject (keda.sh/v1alpha1) with a Prometheus trigger; allows minReplicas 0.
+    #[serde(rename = "KEDA")]
+    Keda,
+}
+
+/// Where KEDA reads the metric.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusSource {
+    /// The Prometheus server's URL, for example http://prometheus.monitoring:9090.
+    #[schemars(length(min = 1))]
+    pub address: String,
+}
+
+impl Autoscaling {
+    /// The engine in effect (HPA when unset).
+    pub fn engine(&self) -> Engine {
+        self.engine.unwrap_or_default()
+    }
 }

@@ -1,23 +1,22 @@
 //! Step 4, apply: server-side apply of each child that differs from the
-//! cache, and deletion of an HPA that should no longer exist.
+//! cache, and deletion of the children the spec no longer asks for.
 //!
 //! A child whose cached copy already holds every field we set is not sent at
 //! all: a converged operator makes no write requests.
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::{Api, Resource};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-use std::fmt::Debug;
 
+use super::children::{
+    self, Cached, Child, DeploymentChild, HpaChild, ScaledObjectChild, ServiceChild,
+};
 use super::error::is_not_found;
 use super::lean::{Lean, LeanDeployment};
 use super::observe::cached;
-use super::{Cache, Context, Error, recent};
+use super::{Context, Error, recent};
 use crate::core::Children;
 use crate::core::fingerprint::{ANNOTATION, stamp};
 use crate::core::labels::MANAGER;
@@ -31,7 +30,18 @@ enum Outcome {
     Updated,
 }
 
-/// Applies `children`; returns the Deployment as it is now (lean: see `lean`).
+/// What the apply step leaves for the report step.
+#[derive(Clone, Debug)]
+pub struct Applied {
+    /// The Deployment as it is now (lean: see `lean`).
+    pub deployment: LeanDeployment,
+    /// The ScaledObject, when KEDA scales: its conditions say whether KEDA acts.
+    pub scaled_object: Option<Cached<ScaledObjectChild>>,
+    /// Kinds the spec asks for whose API the cluster does not serve.
+    pub unavailable: Vec<String>,
+}
+
+/// Applies `children` and deletes the ones no longer wanted.
 ///
 /// One Event sums up what a reconcile changed ("Created Deployment m,
 /// Service m"): one write for the API server instead of one per child.
@@ -40,7 +50,7 @@ pub async fn apply_children(
     owner: &ObjectReference,
     owner_uid: &str,
     children: &Children,
-) -> Result<LeanDeployment, Error> {
+) -> Result<Applied, Error> {
     let mut done = Vec::new();
     let result = apply_all(ctx, owner, owner_uid, children, &mut done).await;
     // Also after a failure: what was applied before it was applied.
@@ -56,19 +66,75 @@ async fn apply_all(
     owner: &ObjectReference,
     owner_uid: &str,
     children: &Children,
-    done: &mut Vec<(Outcome, String, String)>,
-) -> Result<LeanDeployment, Error> {
-    hand_over_replicas(ctx, &children.deployment).await?;
-    let deployment = apply_one(ctx, &ctx.stores.deployments, &children.deployment, done).await?;
-    apply_one(ctx, &ctx.stores.services, &children.service, done).await?;
-    match &children.hpa {
-        Some(hpa) => {
-            apply_one(ctx, &ctx.stores.hpas, hpa, done).await?;
-        }
-        None => delete_stale_hpa(ctx, owner, owner_uid, &children.deployment).await?,
-    }
-    Ok(deployment)
+    done: &mut Vec<Done>,
+) -> Result<Applied, Error> {
+    // Every child, by name: forget one here and this does not compile.
+    let Children {
+        deployment,
+        service,
+        hpa,
+        scaled_object,
+    } = children;
+    let (Some(name), Some(ns)) = (
+        deployment.metadata.name.as_deref(),
+        deployment.metadata.namespace.as_deref(),
+    ) else {
+        return Err(Error::MissingField("child name or namespace"));
+    };
+    let stale = Stale {
+        ctx,
+        owner,
+        owner_uid,
+        namespace: ns,
+        name,
+    };
+    // An autoscaler the spec no longer wants goes before a new one is made:
+    // two autoscalers never scale one Deployment at once.
+    stale.remove::<HpaChild>(hpa.is_none()).await?;
+    stale
+        .remove::<ScaledObjectChild>(scaled_object.is_none())
+        .await?;
+
+    hand_over_replicas(ctx, deployment).await?;
+    let ((deployment, d), (_, s)) = futures::try_join!(
+        apply_one::<DeploymentChild>(ctx, deployment),
+        apply_one::<ServiceChild>(ctx, service),
+    )?;
+    done.extend([d, s]);
+    let mut unavailable = Vec::new();
+    apply_wanted::<HpaChild>(ctx, hpa.as_ref(), done, &mut unavailable).await?;
+    let scaled_object =
+        apply_wanted::<ScaledObjectChild>(ctx, scaled_object.as_ref(), done, &mut unavailable)
+            .await?;
+    Ok(Applied {
+        deployment,
+        scaled_object,
+        unavailable,
+    })
 }
+
+/// Applies an optional child when the spec wants it and its API is served;
+/// notes it in `unavailable` when the API is missing.
+async fn apply_wanted<C: Child>(
+    ctx: &Context,
+    desired: Option<&C::Object>,
+    done: &mut Vec<Done>,
+    unavailable: &mut Vec<String>,
+) -> Result<Option<Cached<C>>, Error> {
+    let Some(desired) = desired else {
+        return Ok(None);
+    };
+    if !C::cache(&ctx.stores).available() {
+        unavailable.push(C::Object::kind(&()).into_owned());
+        return Ok(None);
+    }
+    let (applied, d) = apply_one::<C>(ctx, desired).await?;
+    done.push(d);
+    Ok(Some(applied))
+}
+
+/// One child's entry in the summary Event: what happened, its kind, its name.
+type Done = (Outcome, String, String);
 
 /// The Event for what one reconcile applied: reason `Created` when any child
 /// is new, `Updated` otherwise; none when nothing was sent.
@@ -101,19 +167,14 @@ fn summary(done: &[(Outcome, String, String)]) -> Option<(&'static str, String)>
 }
 
 /// Applies `desired` unless the cached copy already holds it, and notes
-/// what it did in `done`. The cache and the apply response are both lean:
+/// what it did. The cache and the apply response are both lean:
 /// only metadata, spec and (for the Deployment) status are decoded.
-async fn apply_one<K, S>(
+async fn apply_one<C: Child>(
     ctx: &Context,
-    cache: &Cache<Lean<K, S>>,
-    desired: &K,
-    done: &mut Vec<(Outcome, String, String)>,
-) -> Result<Lean<K, S>, Error>
-where
-    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope> + Serialize + 'static,
-    S: Clone + Debug + DeserializeOwned + 'static,
-{
-    let kind = K::kind(&());
+    desired: &C::Object,
+) -> Result<(Cached<C>, Done), Error> {
+    let cache = C::cache(&ctx.stores);
+    let kind = C::Object::kind(&());
     let (Some(name), Some(ns)) = (
         desired.meta().name.clone(),
         desired.meta().namespace.clone(),
@@ -148,8 +209,7 @@ where
             what: "desired child",
             source,
         })?;
-        done.push((Outcome::Unchanged, kind.into_owned(), name));
-        return Ok(desired);
+        return Ok((desired, (Outcome::Unchanged, kind.into_owned(), name)));
     }
     if let Some(cur) = &current {
         // A child stamped with another fingerprint cannot hold the desired
@@ -167,11 +227,13 @@ where
             ctx.verified
                 .remember(&key, cached_rv.as_deref(), &fingerprint);
             ctx.metrics.child_write(&kind, "unchanged");
-            done.push((Outcome::Unchanged, kind.into_owned(), name));
-            return Ok(cur.as_ref().clone());
+            return Ok((
+                cur.as_ref().clone(),
+                (Outcome::Unchanged, kind.into_owned(), name),
+            ));
         }
     }
-    let api: Api<Lean<K, S>> = Api::namespaced(ctx.client.clone(), &ns);
+    let api: Api<Cached<C>> = Api::namespaced(ctx.client.clone(), &ns);
     let pp = PatchParams::apply(MANAGER).force();
     let applied = api
         .patch(&name, &pp, &Patch::Apply(&desired_json))
@@ -192,8 +254,7 @@ where
         (Outcome::Created, "create")
     };
     ctx.metrics.child_write(&kind, op);
-    done.push((outcome, kind.into_owned(), name));
-    Ok(applied)
+    Ok((applied, (outcome, kind.into_owned(), name)))
 }
 
 /// The field manager that keeps `spec.replicas` at its current value while
@@ -278,65 +339,59 @@ async fn hand_over_replicas(ctx: &Context, desired: &Deployment) -> Result<(), E
     Ok(())
 }
 
-/// Deletes the HPA named like the ModelService when autoscaling was removed,
-/// but only one this ModelService controls: never someone else's HPA.
-async fn delete_stale_hpa(
-    ctx: &Context,
-    owner: &ObjectReference,
-    owner_uid: &str,
-    dep: &Deployment,
-) -> Result<(), Error> {
-    let (Some(name), Some(ns)) = (
-        dep.metadata.name.as_deref(),
-        dep.metadata.namespace.as_deref(),
-    ) else {
-        return Err(Error::MissingField("child name or namespace"));
-    };
-    let Some(hpa) = cached(&ctx.stores.hpas.store, ns, name) else {
-        return Ok(());
-    };
-    let ours = hpa
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.uid == owner_uid && o.controller == Some(true));
-    if !ours {
-        return Ok(());
-    }
-    let api: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.client.clone(), ns);
-    match api.delete(name, &DeleteParams::background()).await {
-        Ok(_) => {}
-        Err(e) if is_not_found(&e) => {}
-        Err(e) => {
-            return Err(Error::kube(
-                format!("deleting HorizontalPodAutoscaler {ns}/{name}"),
-                e,
-            ));
+/// Where the children of one ModelService live, for deleting stale ones.
+struct Stale<'a> {
+    ctx: &'a Context,
+    owner: &'a ObjectReference,
+    owner_uid: &'a str,
+    namespace: &'a str,
+    name: &'a str,
+}
+
+impl Stale<'_> {
+    /// Deletes the child of row `C` when it is `unwanted`, but only one this
+    /// ModelService controls: never someone else's object of that name.
+    async fn remove<C: Child>(&self, unwanted: bool) -> Result<(), Error> {
+        let cache = C::cache(&self.ctx.stores);
+        if !unwanted || !C::DELETED_WHEN_UNWANTED || !cache.available() {
+            return Ok(());
         }
+        let (ns, name) = (self.namespace, self.name);
+        let Some(child) = cached(&cache.store, ns, name) else {
+            return Ok(());
+        };
+        let ours = child
+            .meta()
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.uid == self.owner_uid && o.controller == Some(true));
+        if !ours {
+            return Ok(());
+        }
+        let kind = C::Object::kind(&());
+        let api: Api<Cached<C>> = Api::namespaced(self.ctx.client.clone(), ns);
+        match api.delete(name, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(Error::kube(format!("deleting {kind} {ns}/{name}"), e)),
+        }
+        forget_child(self.ctx, &recent::key(&kind, ns, name));
+        self.ctx.metrics.child_write(&kind, "delete");
+        self.ctx.events.publish(
+            self.owner,
+            EventType::Normal,
+            &format!("{kind}Deleted"),
+            "Delete",
+            format!("Deleted {kind} {name}: the spec no longer asks for it"),
+        );
+        Ok(())
     }
-    forget_child(
-        ctx,
-        &recent::key(&HorizontalPodAutoscaler::kind(&()), ns, name),
-    );
-    ctx.metrics.child_write("HorizontalPodAutoscaler", "delete");
-    ctx.events.publish(
-        owner,
-        EventType::Normal,
-        "HorizontalPodAutoscalerDeleted",
-        "Delete",
-        format!("Deleted HorizontalPodAutoscaler {name}: autoscaling was removed from the spec"),
-    );
-    Ok(())
 }
 
 /// Forgets our remembered applies of a deleted ModelService's children.
 pub fn forget(ctx: &Context, namespace: &str, name: &str) {
-    for kind in [
-        Deployment::kind(&()),
-        k8s_openapi::api::core::v1::Service::kind(&()),
-        HorizontalPodAutoscaler::kind(&()),
-    ] {
+    for kind in children::kinds() {
         forget_child(ctx, &recent::key(&kind, namespace, name));
     }
 }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use kube::Client;
 use kube::runtime::reflector::Store;
 
+use super::children::Stores;
 use super::freshness::Freshness;
-use super::lean::{LeanDeployment, LeanHpa, LeanService};
 use crate::runtime::metrics::Metrics;
 
 /// Timing and concurrency of the controller.
@@ -23,6 +23,10 @@ pub struct ControllerConfig {
     pub not_ready_requeue: Duration,
     /// Reconciles in flight at once.
     pub concurrency: u16,
+    /// How often optional APIs are looked for again (see `runtime::discovery`).
+    pub discovery_interval: Duration,
+    /// What the operator's flags add to every spec.
+    pub defaults: crate::core::OperatorDefaults,
 }
 
 impl Default for ControllerConfig {
@@ -31,11 +35,15 @@ impl Default for ControllerConfig {
             resync: Duration::from_secs(300),
             not_ready_requeue: Duration::from_secs(20),
             concurrency: 16,
+            discovery_interval: Duration::from_secs(30),
+            defaults: Default::default(),
         }
     }
 }
 
-/// One reflector cache and how far its watch has got (see `freshness`).
+/// One reflector cache, how far its watch has got (see `freshness`), and
+/// whether its API is served at all (always, but for optional kinds: see
+/// `children::Child::OPTIONAL`).
 #[derive(Clone)]
 pub struct Cache<K: kube::runtime::reflector::Lookup + Clone + 'static>
 where
@@ -43,6 +51,7 @@ where
 {
     pub store: Store<K>,
     pub fresh: Arc<Freshness>,
+    available: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl<K> Cache<K>
@@ -50,33 +59,33 @@ where
     K: kube::runtime::reflector::Lookup + Clone + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
-    pub fn new(store: Store<K>) -> Self {
+    /// A cache whose API is served from the start, unless `optional`: then
+    /// it waits for discovery to find it.
+    pub fn new(store: Store<K>, optional: bool) -> Self {
         Self {
             store,
             fresh: Arc::default(),
+            available: Arc::new(tokio::sync::watch::Sender::new(!optional)),
         }
     }
-}
 
-/// Reflector caches of the children, labelled by the operator: observe reads
-/// them instead of the API server. They hold lean objects (see `lean`).
-#[derive(Clone)]
-pub struct Stores {
-    pub deployments: Cache<LeanDeployment>,
-    pub services: Cache<LeanService>,
-    pub hpas: Cache<LeanHpa>,
-    /// How far the ModelService watch has got.
-    pub modelservices: Arc<Freshness>,
-}
+    /// Whether the API server serves this kind now.
+    pub fn available(&self) -> bool {
+        *self.available.borrow()
+    }
 
-impl Stores {
-    /// Waits until every child cache has done its first list, so that a
-    /// reconcile never mistakes "not cached yet" for "missing". True once
-    /// synced; false if a reflector stopped.
-    pub async fn wait_ready(&self) -> bool {
-        synced(&self.deployments.store).await
-            && synced(&self.services.store).await
-            && synced(&self.hpas.store).await
+    /// Discovery found the API served, or gone. True when that is news.
+    pub fn set_available(&self, served: bool) -> bool {
+        self.available.send_if_modified(|now| {
+            let changed = *now != served;
+            *now = served;
+            changed
+        })
+    }
+
+    /// Follows [`Cache::available`], for the watch that runs only while it holds.
+    pub fn availability(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.available.subscribe()
     }
 }
 

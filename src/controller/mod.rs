@@ -6,6 +6,7 @@
 
 pub mod apply;
 pub mod backoff;
+pub mod children;
 pub mod context;
 pub mod error;
 pub mod events;
@@ -20,6 +21,7 @@ pub mod reconcile;
 pub mod report;
 pub mod verified;
 
-pub use context::{Cache, Context, ControllerConfig, Leadership, Stores};
+pub use children::Stores;
+pub use context::{Cache, Context, ControllerConfig, Leadership};
 pub use error::Error;
 pub use reconcile::{FINALIZER, error_policy, reconcile};

@@ -11,13 +11,17 @@ use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Api, Resource, ResourceExt};
 use tracing::{info, instrument, warn};
 
+use k8s_openapi::api::core::v1::Pod;
+
+use super::children::{Cached, ScaledObjectChild};
 use super::guarded::Guarded;
+use super::lean::LeanDeployment;
 use super::observe::{cached, pods};
 use super::{Context, Error, apply, invalid, report};
-use crate::api::ModelService;
+use crate::api::{Engine, ModelService};
 use crate::core::diagnosis::{GpuRequest, Problem};
-use crate::core::status::{Observed, compute, needs_pods, now_seconds};
-use crate::core::{build_children, reasons, validate};
+use crate::core::status::{KedaSeen, Observed, compute, needs_pods, now_seconds};
+use crate::core::{build_children, reasons, validate_with};
 
 /// The finalizer the operator puts on every ModelService.
 pub const FINALIZER: &str = "serving.modelservice.dev/cleanup";
@@ -89,69 +93,147 @@ async fn reconcile_valid(ms: ModelService, ctx: &Context) -> Result<Action, Erro
     .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
+/// What steps 2 to 4 leave for the report.
+struct Acted {
+    /// The Deployment as it is now, applied or cached.
+    deployment: Option<LeanDeployment>,
+    /// The ScaledObject, when KEDA scales and its API is served.
+    scaled_object: Option<Cached<ScaledObjectChild>>,
+    /// Why the current spec is not what runs, when it is not.
+    blocked: Option<Problem>,
+    /// Kinds the spec asks for whose API the cluster does not serve.
+    unavailable: Vec<String>,
+    /// A permanent apply error: reported first, then returned for the backoff.
+    failure: Option<Error>,
+}
+
+impl Acted {
+    /// Nothing was applied because of `problem`; the cached Deployment
+    /// still says what runs.
+    fn blocked(
+        ctx: &Context,
+        ns: &str,
+        name: &str,
+        problem: Problem,
+        failure: Option<Error>,
+    ) -> Self {
+        Self {
+            deployment: cached(&ctx.stores.deployments.store, ns, name).map(|d| d.as_ref().clone()),
+            scaled_object: None,
+            blocked: Some(problem),
+            unavailable: Vec::new(),
+            failure,
+        }
+    }
+}
+
 async fn apply_spec(ms: &ModelService, ctx: &Context) -> Result<Action, Error> {
     let ns = ms.namespace().unwrap_or_default();
     let name = ms.name_any();
+    let acted = validate_build_apply(ms, ctx, &ns, &name).await?;
+    let pods = observe_pods(ctx, &ns, &name, &acted).await?;
+    let ready = report_status(ms, ctx, &ns, &name, &acted, &pods).await?;
+    if let Some(e) = acted.failure {
+        return Err(e);
+    }
+    Ok(Action::requeue(if ready {
+        ctx.config.resync
+    } else {
+        ctx.config.not_ready_requeue
+    }))
+}
+
+/// Steps 2 to 4: validate and build (pure), then apply.
+async fn validate_build_apply(
+    ms: &ModelService,
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+) -> Result<Acted, Error> {
     let uid = ms.uid().ok_or(Error::MissingField("metadata.uid"))?;
     let mut owner = ms
         .controller_owner_ref(&())
         .ok_or(Error::MissingField("metadata.uid"))?;
     // Foreground deletion of the ModelService waits for its children.
     owner.block_owner_deletion = Some(true);
-    let reference = ms.object_ref(&());
-    let generation = ms.metadata.generation.unwrap_or(0);
-
-    // Steps 2 and 3: validate and build, pure.
-    let (deployment, blocked, failure) = match validate(ms, &ns) {
+    let valid = match validate_with(ms, ns, &ctx.config.defaults) {
+        Ok(valid) => valid,
         Err(invalid) => {
             info!(problem = %invalid, "spec is invalid; children left as they are");
-            let dep = cached(&ctx.stores.deployments.store, &ns, &name).map(|d| d.as_ref().clone());
             let p = Problem {
                 reason: reasons::INVALID_SPEC,
                 message: invalid.to_string(),
             };
-            (dep, Some(p), None)
-        }
-        Ok(valid) => {
-            let children = build_children(&valid, Some(&owner));
-            // Step 4: apply.
-            match apply::apply_children(ctx, &reference, &uid, &children).await {
-                Ok(dep) => (Some(dep), None, None),
-                Err(e) if e.is_permanent() => {
-                    let dep = cached(&ctx.stores.deployments.store, &ns, &name)
-                        .map(|d| d.as_ref().clone());
-                    let p = Problem {
-                        reason: reasons::RECONCILE_FAILED,
-                        message: e.to_string(),
-                    };
-                    (dep, Some(p), Some(e))
-                }
-                Err(e) => return Err(e),
-            }
+            return Ok(Acted::blocked(ctx, ns, name, p, None));
         }
     };
+    let children = build_children(&valid, Some(&owner));
+    match apply::apply_children(ctx, &ms.object_ref(&()), &uid, &children).await {
+        Ok(applied) => Ok(Acted {
+            deployment: Some(applied.deployment),
+            scaled_object: applied.scaled_object,
+            blocked: None,
+            unavailable: applied.unavailable,
+            failure: None,
+        }),
+        Err(e) if e.is_permanent() => {
+            let p = Problem {
+                reason: reasons::RECONCILE_FAILED,
+                message: e.to_string(),
+            };
+            Ok(Acted::blocked(ctx, ns, name, p, Some(e)))
+        }
+        Err(e) => Err(e),
+    }
+}
 
-    // Step 1 (the on-demand part): pods, only when they can explain something.
-    let state = deployment.as_ref().map(|d| d.state());
-    let pods = if blocked.is_none() && needs_pods(state) {
-        pods(ctx, &ns, &name).await?
+/// Step 1, the on-demand part: pods, only when they can explain something.
+async fn observe_pods(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    acted: &Acted,
+) -> Result<Vec<Pod>, Error> {
+    let state = acted.deployment.as_ref().map(|d| d.state());
+    if acted.blocked.is_none() && needs_pods(state) {
+        pods(ctx, ns, name).await
     } else {
-        Vec::new()
-    };
+        Ok(Vec::new())
+    }
+}
 
-    // Step 5: report.
+/// Step 5: compute the status (pure) and write it if it changed. True when
+/// the model is Ready.
+async fn report_status(
+    ms: &ModelService,
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    acted: &Acted,
+    pods: &[Pod],
+) -> Result<bool, Error> {
+    let keda = ms
+        .spec
+        .autoscaling
+        .as_ref()
+        .filter(|a| a.engine() == Engine::Keda);
+    let scaled_object_status = acted.scaled_object.as_ref().and_then(|s| s.status.as_ref());
     let observed = Observed {
-        name: &name,
-        namespace: &ns,
-        generation,
+        name,
+        namespace: ns,
+        generation: ms.metadata.generation.unwrap_or(0),
         port: Some(ms.spec.runtime.port),
         gpu: GpuRequest {
             gpus: ms.spec.resources.gpus,
             resource: &ms.spec.resources.gpu_resource,
         },
-        blocked,
-        deployment: state,
-        pods: &pods,
+        blocked: acted.blocked.clone(),
+        deployment: acted.deployment.as_ref().map(|d| d.state()),
+        pods,
+        autoscaler: keda.map(|_| KedaSeen {
+            installed: !acted.unavailable.iter().any(|k| k == "ScaledObject"),
+            status: scaled_object_status,
+        }),
     };
     let previous = report::effective_status(ctx, ms);
     let status = compute(
@@ -162,16 +244,8 @@ async fn apply_spec(ms: &ModelService, ctx: &Context) -> Result<Action, Error> {
     let ready =
         crate::core::conditions::find(&status.conditions, crate::api::condition_types::READY)
             .is_some_and(|c| c.status == "True");
-    report::report(ctx, ms, &reference, previous.as_ref(), &status).await?;
-
-    if let Some(e) = failure {
-        return Err(e);
-    }
-    Ok(Action::requeue(if ready {
-        ctx.config.resync
-    } else {
-        ctx.config.not_ready_requeue
-    }))
+    report::report(ctx, ms, &ms.object_ref(&()), previous.as_ref(), &status).await?;
+    Ok(ready)
 }
 
 /// Deletion: children go with owner-reference garbage collection, so cleanup

@@ -7,15 +7,19 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
-use super::{ValidSpec, deployment, hpa, service};
+use super::{ValidSpec, deployment, hpa, keda, service};
+use crate::api::keda::ScaledObject;
 
-/// What should exist for one ModelService. `hpa: None` means an HPA must not
-/// exist (it is deleted if it does).
+/// What should exist for one ModelService. `None` means that child must
+/// not exist (it is deleted if it does). One field per row of the child
+/// table (`controller::children`); every use destructures it without `..`,
+/// so a new child that is not applied or rendered does not compile.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Children {
     pub deployment: Deployment,
     pub service: Service,
     pub hpa: Option<HorizontalPodAutoscaler>,
+    pub scaled_object: Option<ScaledObject>,
 }
 
 /// Builds every child of `v`, each owned by `owner` when given.
@@ -24,18 +28,28 @@ pub fn build_children(v: &ValidSpec, owner: Option<&OwnerReference>) -> Children
         deployment: deployment::build(v, owner),
         service: service::build(v, owner),
         hpa: hpa::build(v, owner),
+        scaled_object: keda::build(v, owner),
     }
 }
 
 impl Children {
     /// The children as a multi-document YAML stream, in apply order.
     pub fn to_yaml(&self) -> Result<String, serde_yaml::Error> {
+        let Children {
+            deployment,
+            service,
+            hpa,
+            scaled_object,
+        } = self;
         let mut docs = vec![
-            serde_yaml::to_string(&self.deployment)?,
-            serde_yaml::to_string(&self.service)?,
+            serde_yaml::to_string(deployment)?,
+            serde_yaml::to_string(service)?,
         ];
-        if let Some(h) = &self.hpa {
+        if let Some(h) = hpa {
             docs.push(serde_yaml::to_string(h)?);
+        }
+        if let Some(s) = scaled_object {
+            docs.push(serde_yaml::to_string(s)?);
         }
         Ok(docs.iter().map(|d| format!("---\n{d}")).collect::<String>())
     }

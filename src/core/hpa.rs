@@ -12,10 +12,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use super::ValidSpec;
 use super::labels::child_meta;
+use crate::api::Engine;
 
-/// Builds the HPA for `v`, or `None` when autoscaling is off.
+/// Builds the HPA for `v`, or `None` when autoscaling is off or another
+/// engine scales.
 pub fn build(v: &ValidSpec, owner: Option<&OwnerReference>) -> Option<HorizontalPodAutoscaler> {
-    let a = v.spec.autoscaling.as_ref()?;
+    let a = v
+        .spec
+        .autoscaling
+        .as_ref()
+        .filter(|a| a.engine() == Engine::Hpa)?;
     Some(HorizontalPodAutoscaler {
         metadata: child_meta(v, owner),
         spec: HorizontalPodAutoscalerSpec {

@@ -12,6 +12,7 @@ pub mod deployment;
 pub mod diagnosis;
 pub mod fingerprint;
 pub mod hpa;
+pub mod keda;
 pub mod labels;
 pub mod preset;
 pub mod reasons;
@@ -22,4 +23,4 @@ pub mod subset;
 pub mod validate;
 
 pub use children::{Children, build_children};
-pub use validate::{InvalidSpec, ValidSpec, validate};
+pub use validate::{InvalidSpec, OperatorDefaults, ValidSpec, validate, validate_with};

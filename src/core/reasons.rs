@@ -29,3 +29,9 @@ pub const INVALID_SPEC: &str = "InvalidSpec";
 pub const INVALID_OBJECT: &str = "InvalidObject";
 /// Writing a child failed; the message carries the API server's answer.
 pub const RECONCILE_FAILED: &str = "ReconcileFailed";
+/// Ready=True at zero replicas: KEDA scaled the model to zero while idle.
+pub const SCALED_TO_ZERO: &str = "ScaledToZero";
+/// Degraded: the autoscaler the spec asks for is not installed in the cluster.
+pub const AUTOSCALER_UNAVAILABLE: &str = "AutoscalerUnavailable";
+/// Degraded: the autoscaler is installed but says it cannot scale (a failing trigger).
+pub const AUTOSCALER_NOT_READY: &str = "AutoscalerNotReady";

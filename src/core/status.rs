@@ -12,7 +12,7 @@ use super::diagnosis::{GpuRequest, Problem, diagnose};
 use super::labels::selector_string;
 use super::reasons;
 use super::rollout::{DeploymentState, Rollout, rollout};
-use crate::api::{ModelServiceStatus, condition_types as ct};
+use crate::api::{AutoscalerStatus, ModelServiceStatus, condition_types as ct};
 
 /// Everything the status is computed from.
 #[derive(Clone, Debug)]
@@ -31,6 +31,60 @@ pub struct Observed<'a> {
     pub deployment: Option<DeploymentState<'a>>,
     /// The pods of this ModelService, when they were read (see [`needs_pods`]).
     pub pods: &'a [Pod],
+    /// KEDA, when it is the engine the spec asks for.
+    pub autoscaler: Option<KedaSeen<'a>>,
+}
+
+/// KEDA as observed for one ModelService.
+#[derive(Clone, Copy, Debug)]
+pub struct KedaSeen<'a> {
+    /// Whether the cluster serves the ScaledObject API at all.
+    pub installed: bool,
+    /// The ScaledObject's status, as KEDA wrote it (none before KEDA acts).
+    pub status: Option<&'a serde_json::Value>,
+}
+
+impl KedaSeen<'_> {
+    /// One condition of the ScaledObject: (status, reason, message).
+    fn condition(&self, type_: &str) -> Option<(String, String, String)> {
+        let conds = self.status?.get("conditions")?.as_array()?;
+        let c = conds
+            .iter()
+            .find(|c| c.get("type").and_then(|t| t.as_str()) == Some(type_))?;
+        let field = |k: &str| {
+            c.get(k)
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_string()
+        };
+        Some((field("status"), field("reason"), field("message")))
+    }
+
+    /// What status.autoscaler says.
+    fn report(&self) -> AutoscalerStatus {
+        let (ready, active) = (self.condition("Ready"), self.condition("Active"));
+        AutoscalerStatus {
+            engine: "KEDA".into(),
+            ready: ready.as_ref().map(|c| c.0.clone()),
+            active: active.as_ref().map(|c| c.0.clone()),
+            message: ready.map(|c| c.2).filter(|m| !m.is_empty()),
+        }
+    }
+
+    /// The problem KEDA has, if any: not installed, or its ScaledObject not Ready.
+    fn problem(&self) -> Option<Problem> {
+        if !self.installed {
+            return Some(Problem {
+                reason: reasons::AUTOSCALER_UNAVAILABLE,
+                message: "autoscaling.engine is KEDA, but the cluster has no KEDA ScaledObject API (keda.sh/v1alpha1); install KEDA, or use engine HPA. The replicas stay as they are until then".into(),
+            });
+        }
+        let (status, _, message) = self.condition("Ready")?;
+        (status == "False").then(|| Problem {
+            reason: reasons::AUTOSCALER_NOT_READY,
+            message: format!("KEDA cannot scale this model: {message}"),
+        })
+    }
 }
 
 /// Whether reading pods could explain anything: only while the Deployment is
@@ -56,6 +110,20 @@ pub fn compute(
     });
 
     let (ready, progressing) = match &state {
+        Rollout::Complete { desired: 0, .. } if o.autoscaler.is_some() => (
+            Wanted::new(
+                ct::READY,
+                true,
+                reasons::SCALED_TO_ZERO,
+                "scaled to zero by KEDA while no request waits; the next request wakes it",
+            ),
+            Wanted::new(
+                ct::PROGRESSING,
+                false,
+                reasons::ROLLOUT_COMPLETE,
+                "the current spec is rolled out",
+            ),
+        ),
         Rollout::Complete { available, desired } => (
             Wanted::new(
                 ct::READY,
@@ -145,16 +213,20 @@ pub fn compute(
             );
             (ready, progressing, d)
         }
-        (None, _) => (
-            ready,
-            progressing,
-            Wanted::new(
-                ct::DEGRADED,
-                false,
-                reasons::AS_EXPECTED,
-                "nothing needs attention",
-            ),
-        ),
+        (None, _) => {
+            // An autoscaler that cannot act needs a human, but the model
+            // still serves at its current size: only Degraded says so.
+            let degraded = match o.autoscaler.and_then(|k| k.problem()) {
+                Some(p) => Wanted::new(ct::DEGRADED, true, p.reason, p.message),
+                None => Wanted::new(
+                    ct::DEGRADED,
+                    false,
+                    reasons::AS_EXPECTED,
+                    "nothing needs attention",
+                ),
+            };
+            (ready, progressing, degraded)
+        }
     };
 
     let previous_conditions = previous
@@ -175,6 +247,7 @@ pub fn compute(
             o.generation,
             now,
         ),
+        autoscaler: o.autoscaler.map(|k| k.report()),
     }
 }
 
@@ -235,6 +308,7 @@ mod tests {
             blocked: None,
             deployment: d.map(Into::into),
             pods,
+            autoscaler: None,
         }
     }
 

@@ -10,7 +10,7 @@ use std::fmt;
 use kube::ResourceExt;
 
 use super::preset;
-use crate::api::{ModelService, ModelServiceSpec};
+use crate::api::{Engine, ModelService, ModelServiceSpec};
 
 /// A ModelService whose spec passed every check, with the identity the
 /// children need.
@@ -19,6 +19,16 @@ pub struct ValidSpec {
     pub name: String,
     pub namespace: String,
     pub spec: ModelServiceSpec,
+    /// The Prometheus server a KEDA trigger queries: the spec's, else the
+    /// operator's default. Always set when the engine is KEDA.
+    pub prometheus_address: Option<String>,
+}
+
+/// What the operator's configuration adds to every spec.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OperatorDefaults {
+    /// `--prometheus-address`: for KEDA triggers whose spec names no server.
+    pub prometheus_address: Option<String>,
 }
 
 /// Why a spec cannot be turned into children; the message names the field.
@@ -38,6 +48,15 @@ impl std::error::Error for InvalidSpec {}
 /// Validates `ms`. `namespace` falls back to `default_namespace` because a
 /// document given to `render` may omit it.
 pub fn validate(ms: &ModelService, default_namespace: &str) -> Result<ValidSpec, InvalidSpec> {
+    validate_with(ms, default_namespace, &OperatorDefaults::default())
+}
+
+/// [`validate`], with what the operator's configuration fills in.
+pub fn validate_with(
+    ms: &ModelService,
+    default_namespace: &str,
+    defaults: &OperatorDefaults,
+) -> Result<ValidSpec, InvalidSpec> {
     let name = ms.name_any();
     let namespace = ms
         .namespace()
@@ -82,14 +101,29 @@ pub fn validate(ms: &ModelService, default_namespace: &str) -> Result<ValidSpec,
             ));
         }
     }
+    let mut prometheus_address = None;
     if let Some(a) = &spec.autoscaling {
+        let keda = a.engine() == Engine::Keda;
         check_range(
             &mut problems,
             "spec.autoscaling.minReplicas",
             a.min_replicas,
-            1,
+            if keda { 0 } else { 1 },
             100,
         );
+        if keda {
+            prometheus_address = a
+                .prometheus
+                .as_ref()
+                .map(|p| p.address.trim().to_string())
+                .or_else(|| defaults.prometheus_address.clone())
+                .filter(|p| !p.is_empty());
+            if prometheus_address.is_none() {
+                problems.push(
+                    "spec.autoscaling.prometheus.address is not set and the operator has no default (--prometheus-address, chart value keda.prometheusAddress); KEDA needs a Prometheus server to query".into(),
+                );
+            }
+        }
         check_range(
             &mut problems,
             "spec.autoscaling.maxReplicas",
@@ -130,6 +164,7 @@ pub fn validate(ms: &ModelService, default_namespace: &str) -> Result<ValidSpec,
             name,
             namespace,
             spec: spec.clone(),
+            prometheus_address,
         })
     } else {
         Err(InvalidSpec { problems })

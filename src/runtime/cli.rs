@@ -77,6 +77,14 @@ pub struct RunArgs {
     #[arg(long, env = "RESYNC_PERIOD", default_value = "5m", value_parser = parse_positive_duration)]
     pub resync_period: Duration,
 
+    /// Prometheus server for KEDA triggers whose ModelService names none (autoscaling.prometheus.address), e.g. http://prometheus.monitoring:9090.
+    #[arg(long, env = "PROMETHEUS_ADDRESS", value_name = "URL")]
+    pub prometheus_address: Option<String>,
+
+    /// How often the operator looks again for optional APIs (KEDA, Gateway API) that were missing or went away (e.g. 30s).
+    #[arg(long, env = "DISCOVERY_INTERVAL", default_value = "30s", value_parser = parse_positive_duration)]
+    pub discovery_interval: Duration,
+
     /// How long to wait at startup for the API server and the CRD before giving up (e.g. 2m).
     #[arg(long, env = "STARTUP_TIMEOUT", default_value = "2m", value_parser = parse_positive_duration)]
     pub startup_timeout: Duration,
@@ -302,6 +310,8 @@ mod tests {
         assert_eq!(r.lease_duration, Duration::from_secs(15));
         assert_eq!(r.resync_period, Duration::from_secs(300));
         assert_eq!(r.concurrency, 16);
+        assert_eq!(r.discovery_interval, Duration::from_secs(30));
+        assert_eq!(r.prometheus_address, None);
     }
 
     #[test]

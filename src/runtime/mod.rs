@@ -4,6 +4,7 @@
 pub mod api_requests;
 pub mod cli;
 pub mod convert_manifests;
+pub mod discovery;
 pub mod http;
 pub mod leader;
 pub mod logging;

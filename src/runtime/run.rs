@@ -19,15 +19,15 @@ use super::leader::{self, ElectionConfig};
 use super::metrics::Metrics;
 use super::shutdown::Shutdown;
 use super::startup::{self, StartupError};
-use super::{storage_migration, watches};
+use super::{discovery, storage_migration, watches};
 use crate::api::ModelService;
+use crate::controller::children::{Cached, Child, ForEachWriter};
 use crate::controller::context::synced;
 use crate::controller::events::Events;
+use crate::controller::freshness::Freshness;
 use crate::controller::guarded::Guarded;
-use crate::controller::lean::{LAST_APPLIED, LeanDeployment, LeanHpa, LeanService};
-use crate::controller::{
-    Cache, Context, ControllerConfig, Leadership, Stores, error_policy, reconcile,
-};
+use crate::controller::lean::LAST_APPLIED;
+use crate::controller::{Context, ControllerConfig, Leadership, Stores, error_policy, reconcile};
 use crate::core::labels::MANAGER;
 use crate::webhook::{self, Convert, WebhookConfig, WebhookError};
 
@@ -111,6 +111,38 @@ fn forget_deleted(
     }
 }
 
+/// Gives the Controller one watch per row of the child table: an optional
+/// kind's watch runs only while its API is served.
+struct OwnedWatches<'a> {
+    controller: Option<Controller<Guarded<ModelService>>>,
+    client: &'a Client,
+    namespace: Option<&'a str>,
+    metrics: &'a Arc<Metrics>,
+    stores: &'a Stores,
+}
+
+impl ForEachWriter for OwnedWatches<'_> {
+    fn visit<C: Child>(
+        &mut self,
+        writer: reflector::store::Writer<Cached<C>>,
+        fresh: Arc<Freshness>,
+    ) {
+        let Some(controller) = self.controller.take() else {
+            return;
+        };
+        let api = api::<Cached<C>>(self.client, self.namespace);
+        let metrics = self.metrics.clone();
+        self.controller = Some(if C::OPTIONAL {
+            let available = C::cache(self.stores).availability();
+            controller.owns_stream(watches::gated_child_watch(
+                api, available, writer, fresh, metrics,
+            ))
+        } else {
+            controller.owns_stream(watches::child_watch(api, writer, fresh, metrics))
+        });
+    }
+}
+
 /// Runs until shutdown (Ok) or a fatal problem (Err), with a client built
 /// from `config` whose every request is counted in the metrics.
 pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Result<(), RunError> {
@@ -186,16 +218,11 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
         ));
     }
 
-    let (dep_store, dep_writer) = reflector::store::<LeanDeployment>();
-    let (svc_store, svc_writer) = reflector::store::<LeanService>();
-    let (hpa_store, hpa_writer) = reflector::store::<LeanHpa>();
+    let (stores, writers) = Stores::new();
     let (ms_store, ms_writer) = reflector::store::<Guarded<ModelService>>();
-    let stores = Stores {
-        deployments: Cache::new(dep_store),
-        services: Cache::new(svc_store),
-        hpas: Cache::new(hpa_store),
-        modelservices: Default::default(),
-    };
+    // Bounded: discovery must not hold up a start whose API server is slow;
+    // a later round finds what this one missed.
+    let _ = tokio::time::timeout(cfg.startup_timeout, discovery::initial(&client, &stores)).await;
     {
         let (main, children) = (ms_store.clone(), stores.clone());
         tokio::spawn(async move {
@@ -246,29 +273,28 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
         Some((is_leader, Some(rx)))
     })
     .filter_map(|lead| async move { lead.then_some(()) });
+    // An optional API that appears: the ModelServices waiting for it go again.
+    let api_appeared = discovery::run(
+        client.clone(),
+        ctx.stores.clone(),
+        cfg.controller.discovery_interval,
+    );
 
-    let controller = Controller::for_stream(ms_stream, ms_store)
-        .owns_stream(watches::child_watch(
-            api::<LeanDeployment>(&client, ns),
-            dep_writer,
-            ctx.stores.deployments.fresh.clone(),
-            metrics.clone(),
-        ))
-        .owns_stream(watches::child_watch(
-            api::<LeanService>(&client, ns),
-            svc_writer,
-            ctx.stores.services.fresh.clone(),
-            metrics.clone(),
-        ))
-        .owns_stream(watches::child_watch(
-            api::<LeanHpa>(&client, ns),
-            hpa_writer,
-            ctx.stores.hpas.fresh.clone(),
-            metrics.clone(),
-        ))
+    let mut owned = OwnedWatches {
+        controller: Some(Controller::for_stream(ms_stream, ms_store)),
+        client: &client,
+        namespace: ns,
+        metrics: &metrics,
+        stores: &ctx.stores,
+    };
+    writers.each(&ctx.stores, &mut owned);
+    let Some(controller) = owned.controller else {
+        return Ok(());
+    };
+    let controller = controller
         .trigger_backoff(watches::NoTriggerBackoff)
         .with_config(ControllerRuntimeConfig::default().concurrency(cfg.controller.concurrency))
-        .reconcile_all_on(leader_trigger)
+        .reconcile_all_on(futures::stream::select(leader_trigger, api_appeared))
         .graceful_shutdown_on(shutdown.clone().wait())
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|res| async move {

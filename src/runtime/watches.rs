@@ -177,6 +177,51 @@ where
     watch(api, config, writer, fresh, metrics, |_| {}).touched_objects()
 }
 
+/// A child watch that runs only while `available` holds: started when the
+/// API appears, dropped when it goes, started again (with a fresh list, so
+/// the cache forgets what vanished meanwhile) when it comes back. Without
+/// the API this costs nothing: no request is made until discovery finds it.
+pub fn gated_child_watch<K>(
+    api: Api<K>,
+    available: tokio::sync::watch::Receiver<bool>,
+    writer: reflector::store::Writer<K>,
+    fresh: Arc<Freshness>,
+    metrics: Arc<Metrics>,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send
+where
+    K: Watched,
+{
+    let resource: Arc<str> = K::plural(&()).into();
+    let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGER}"));
+    let runs = futures::stream::unfold(available, move |mut available| {
+        let (api, config, resource, metrics) = (
+            api.clone(),
+            config.clone(),
+            resource.clone(),
+            metrics.clone(),
+        );
+        async move {
+            // Until the API is served (an error: the sender is gone, stop).
+            available.wait_for(|served| *served).await.ok()?;
+            let mut gone = available.clone();
+            let run = reported(watcher::watcher(api, config), resource, metrics)
+                .backoff(watch_backoff())
+                .take_until(async move {
+                    let _ = gone.wait_for(|served| !*served).await;
+                });
+            Some((run, available))
+        }
+    })
+    .flatten();
+    runs.reflect(writer)
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                fresh.observe(event);
+            }
+        })
+        .touched_objects()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

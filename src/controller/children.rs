@@ -1,0 +1,282 @@
+//! The table of child kinds: every kind of object a ModelService owns is
+//! declared here once.
+//!
+//! A row ([`Child`]) says what the rest of the operator needs to know about a
+//! kind: what its cache keeps, whether its API may be missing from a
+//! cluster, and whether a stale one is deleted. The [`child_table!`] line
+//! then gives it a cache in [`Stores`], a watch, a place in readiness, in
+//! forgetting and in the RBAC rules. `apply` destructures the desired
+//! `core::Children` without `..`, so a child that is built but never applied
+//! does not compile.
+//!
+//! Adding a kind: its builder in `core`, its field in `core::Children`, its
+//! row below and its line in `child_table!`. Its RBAC follows from the row.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::Service;
+use kube::Resource;
+use kube::core::NamespaceResourceScope;
+use kube::runtime::reflector;
+use serde::Serialize;
+use serde::de::{DeserializeOwned, IgnoredAny};
+
+use super::context::{Cache, synced};
+use super::freshness::Freshness;
+use super::lean::Lean;
+use crate::api::keda::ScaledObject;
+
+/// One row of the table.
+pub trait Child: 'static {
+    /// The object as the builders produce it and the operator applies it.
+    type Object: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Serialize
+        + Clone
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static;
+    /// What of its status the cache keeps (`IgnoredAny`: none).
+    type Status: Clone + std::fmt::Debug + DeserializeOwned + Send + Sync + 'static;
+    /// Its API is another project's CRD, which a cluster may not have. Such
+    /// a kind is discovered (see `runtime::discovery`), its watch runs only
+    /// while the API is served, and it never holds back readiness.
+    const OPTIONAL: bool;
+    /// A ModelService may stop wanting one (an autoscaler removed from the
+    /// spec): then the operator deletes the one it controls. Also grants the
+    /// `delete` verb.
+    const DELETED_WHEN_UNWANTED: bool;
+    /// Its cache among the [`Stores`] (written by [`child_table!`]).
+    fn cache(stores: &Stores) -> &Cache<Cached<Self>>;
+}
+
+/// What the cache of row `C` holds.
+pub type Cached<C> = Lean<<C as Child>::Object, <C as Child>::Status>;
+
+/// The Deployment: always there; its status says how the rollout goes.
+pub struct DeploymentChild;
+impl Child for DeploymentChild {
+    type Object = Deployment;
+    type Status = DeploymentStatus;
+    const OPTIONAL: bool = false;
+    const DELETED_WHEN_UNWANTED: bool = false;
+    fn cache(stores: &Stores) -> &Cache<Cached<Self>> {
+        &stores.deployments
+    }
+}
+
+/// The Service: always there.
+pub struct ServiceChild;
+impl Child for ServiceChild {
+    type Object = Service;
+    type Status = IgnoredAny;
+    const OPTIONAL: bool = false;
+    const DELETED_WHEN_UNWANTED: bool = false;
+    fn cache(stores: &Stores) -> &Cache<Cached<Self>> {
+        &stores.services
+    }
+}
+
+/// The HorizontalPodAutoscaler: with `autoscaling.engine: HPA`.
+pub struct HpaChild;
+impl Child for HpaChild {
+    type Object = HorizontalPodAutoscaler;
+    type Status = IgnoredAny;
+    const OPTIONAL: bool = false;
+    const DELETED_WHEN_UNWANTED: bool = true;
+    fn cache(stores: &Stores) -> &Cache<Cached<Self>> {
+        &stores.hpas
+    }
+}
+
+/// KEDA's ScaledObject: with `autoscaling.engine: KEDA`. Its status says
+/// whether KEDA is scaling and whether the trigger works.
+pub struct ScaledObjectChild;
+impl Child for ScaledObjectChild {
+    type Object = ScaledObject;
+    type Status = serde_json::Value;
+    const OPTIONAL: bool = true;
+    const DELETED_WHEN_UNWANTED: bool = true;
+    fn cache(stores: &Stores) -> &Cache<Cached<Self>> {
+        &stores.scaled_objects
+    }
+}
+
+/// Something done once per row, in table order (see [`each_child`]).
+pub trait ForEachChild {
+    fn visit<C: Child>(&mut self);
+}
+
+/// The writing end of each cache, handed to its watch.
+pub trait ForEachWriter {
+    fn visit<C: Child>(
+        &mut self,
+        writer: reflector::store::Writer<Cached<C>>,
+        fresh: Arc<Freshness>,
+    );
+}
+
+/// The table: one line per row, `field: Row`, in apply order.
+macro_rules! child_table {
+    ($($field:ident: $row:ty),* $(,)?) => {
+        /// Reflector caches of the children, labelled by the operator, one
+        /// per row of the table: observe reads them instead of the API
+        /// server. They hold lean objects (see `lean`).
+        #[derive(Clone)]
+        pub struct Stores {
+            $(pub $field: Cache<Cached<$row>>,)*
+            /// How far the ModelService watch has got.
+            pub modelservices: Arc<Freshness>,
+        }
+
+        /// The writing ends of the [`Stores`], consumed by the watches.
+        pub struct Writers {
+            $($field: reflector::store::Writer<Cached<$row>>,)*
+        }
+
+        impl Stores {
+            /// Empty caches and their writers.
+            pub fn new() -> (Stores, Writers) {
+                $(let $field = reflector::store::<Cached<$row>>();)*
+                (
+                    Stores {
+                        $($field: Cache::new($field.0, <$row>::OPTIONAL),)*
+                        modelservices: Arc::default(),
+                    },
+                    Writers { $($field: $field.1,)* },
+                )
+            }
+        }
+
+        impl Writers {
+            /// Hands each writer to `v`, with its cache's freshness.
+            pub fn each(self, stores: &Stores, v: &mut impl ForEachWriter) {
+                $(v.visit::<$row>(self.$field, stores.$field.fresh.clone());)*
+            }
+        }
+
+        /// Calls `v` once per row, in table order.
+        pub fn each_child(v: &mut impl ForEachChild) {
+            $(v.visit::<$row>();)*
+        }
+    };
+}
+
+child_table! {
+    deployments: DeploymentChild,
+    services: ServiceChild,
+    hpas: HpaChild,
+    scaled_objects: ScaledObjectChild,
+}
+
+impl Stores {
+    /// Waits until every cache whose API is always there has done its first
+    /// list, so that a reconcile never mistakes "not cached yet" for
+    /// "missing". True once synced; false if a reflector stopped. Optional
+    /// kinds are not waited for: a cluster without them is a normal cluster.
+    pub async fn wait_ready(&self) -> bool {
+        struct Required<'a>(&'a Stores, Vec<futures::future::BoxFuture<'a, bool>>);
+        impl<'a> ForEachChild for Required<'a> {
+            fn visit<C: Child>(&mut self) {
+                if !C::OPTIONAL {
+                    self.1.push(Box::pin(synced(&C::cache(self.0).store)));
+                }
+            }
+        }
+        let mut required = Required(self, Vec::new());
+        each_child(&mut required);
+        futures::future::join_all(required.1)
+            .await
+            .into_iter()
+            .all(|ok| ok)
+    }
+}
+
+/// One RBAC rule a row needs: API group, resource (plural) and verbs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChildRule {
+    pub api_group: String,
+    pub resource: String,
+    pub verbs: Vec<&'static str>,
+}
+
+/// The RBAC rules of every row, in table order: watch and cache (get, list,
+/// watch), server-side apply (create, patch), and delete where a stale one
+/// is deleted.
+pub fn rules() -> Vec<ChildRule> {
+    struct Rules(Vec<ChildRule>);
+    impl ForEachChild for Rules {
+        fn visit<C: Child>(&mut self) {
+            let mut verbs = vec!["get", "list", "watch", "create", "patch"];
+            if C::DELETED_WHEN_UNWANTED {
+                verbs.push("delete");
+            }
+            self.0.push(ChildRule {
+                api_group: C::Object::group(&()).into_owned(),
+                resource: C::Object::plural(&()).into_owned(),
+                verbs,
+            });
+        }
+    }
+    let mut r = Rules(Vec::new());
+    each_child(&mut r);
+    r.0
+}
+
+/// The kind names of every row, in table order.
+pub fn kinds() -> Vec<String> {
+    struct Kinds(Vec<String>);
+    impl ForEachChild for Kinds {
+        fn visit<C: Child>(&mut self) {
+            self.0.push(C::Object::kind(&()).into_owned());
+        }
+    }
+    let mut k = Kinds(Vec::new());
+    each_child(&mut k);
+    k.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_row_gets_rules_and_only_removable_ones_may_delete() {
+        let r = rules();
+        let by = |res: &str| r.iter().find(|x| x.resource == res).cloned();
+        assert_eq!(
+            r.iter().map(|x| x.resource.as_str()).collect::<Vec<_>>(),
+            [
+                "deployments",
+                "services",
+                "horizontalpodautoscalers",
+                "scaledobjects"
+            ]
+        );
+        assert!(by("deployments").is_some_and(|d| !d.verbs.contains(&"delete")));
+        assert!(by("services").is_some_and(|d| !d.verbs.contains(&"delete")));
+        assert!(by("horizontalpodautoscalers").is_some_and(|d| d.verbs.contains(&"delete")));
+        assert_eq!(
+            by("scaledobjects").map(|d| d.api_group),
+            Some("keda.sh".to_string())
+        );
+    }
+
+    #[test]
+    fn the_stores_have_one_cache_per_row_and_optional_ones_start_unavailable() {
+        let (stores, _writers) = Stores::new();
+        assert!(stores.deployments.available());
+        assert!(!stores.scaled_objects.available());
+        assert_eq!(
+            kinds(),
+            [
+                "Deployment",
+                "Service",
+                "HorizontalPodAutoscaler",
+                "ScaledObject"
+            ]
+        );
+    }
+}
