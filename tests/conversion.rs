@@ -226,7 +226,12 @@ fn beta_spec() -> impl Strategy<Value = api::ModelServiceSpec> {
         },
         autoscaling: a.autoscaling.map(|x| api::Autoscaling {
             engine: keda.0,
-            min_replicas: x.min_replicas,
+            // Scale to zero, with KEDA, in some cases.
+            min_replicas: if keda.0 == Some(api::Engine::Keda) && x.min_replicas % 2 == 0 {
+                0
+            } else {
+                x.min_replicas
+            },
             max_replicas: x.max_replicas,
             target_queue_length: x.target_queue_length,
             metric: x.metric,
@@ -269,11 +274,23 @@ proptest! {
         let alpha = convert(beta.clone(), V1ALPHA1);
         let typed: v1alpha1::ModelService = serde_json::from_value(alpha.clone()).expect("a v1alpha1 object");
         prop_assert_eq!(&typed.spec.image, &spec.runtime.image);
+        let beta_only = spec.runtime.preset.is_some()
+            || spec.autoscaling.as_ref().is_some_and(|a| {
+                a.engine.is_some()
+                    || a.prometheus.is_some()
+                    || a.activation_queue_length.is_some()
+                    || a.cooldown_seconds.is_some()
+                    || a.polling_seconds.is_some()
+                    || a.min_replicas == 0
+            });
         prop_assert_eq!(
             alpha["metadata"]["annotations"].get(FIELDS_ANNOTATION).is_some(),
-            spec.runtime.preset.is_some(),
+            beta_only,
             "the annotation holds exactly the v1beta1-only fields"
         );
+        if let Some(min) = typed.spec.autoscaling.as_ref().map(|a| a.min_replicas) {
+            prop_assert!(min >= 1, "v1alpha1 shows a minReplicas its schema accepts");
+        }
         prop_assert_eq!(convert(alpha, V1BETA1), beta);
     }
 }
@@ -322,6 +339,33 @@ fn kept_fields_of_an_object_removed_in_v1alpha1_go_with_it() {
     let back = convert(alpha, V1BETA1);
     assert!(back["spec"].get("autoscaling").is_none(), "{back}");
     assert_eq!(back["spec"]["runtime"]["preset"], "sglang");
+}
+
+fn scaled_to_zero() -> Value {
+    let mut beta = sglang();
+    beta["spec"]["autoscaling"] =
+        json!({"engine": "KEDA", "minReplicas": 0, "maxReplicas": 3, "targetQueueLength": 5});
+    beta
+}
+
+#[test]
+fn scale_to_zero_reads_as_one_in_v1alpha1_and_comes_back_as_zero() {
+    let alpha = convert(scaled_to_zero(), V1ALPHA1);
+    assert_eq!(alpha["spec"]["autoscaling"]["minReplicas"], 1);
+    assert_eq!(
+        alpha["metadata"]["annotations"][FIELDS_ANNOTATION],
+        r#"{"autoscaling":{"engine":"KEDA","minReplicas":0},"runtime":{"preset":"sglang"}}"#
+    );
+    assert_eq!(convert(alpha, V1BETA1), scaled_to_zero());
+}
+
+#[test]
+fn a_v1alpha1_edit_of_a_narrowed_value_wins_over_the_kept_one() {
+    let mut alpha = convert(scaled_to_zero(), V1ALPHA1);
+    alpha["spec"]["autoscaling"]["minReplicas"] = json!(2);
+    let back = convert(alpha, V1BETA1);
+    assert_eq!(back["spec"]["autoscaling"]["minReplicas"], 2);
+    assert_eq!(back["spec"]["autoscaling"]["engine"], "KEDA");
 }
 
 #[test]

@@ -36,13 +36,35 @@ const MOVES: &[(&[&str], &[&str])] = &[
     (&["nodeSelector"], &["scheduling", "nodeSelector"]),
     (&["tolerations"], &["scheduling", "tolerations"]),
     (&["strategy"], &["rollout", "strategy"]),
-    (&["autoscaling"], &["autoscaling"]),
+    // Field by field: v1beta1's autoscaling has fields v1alpha1's lacks
+    // (the KEDA engine), which must wait in the annotation, not reach a
+    // v1alpha1 object whose schema would prune them.
+    (
+        &["autoscaling", "minReplicas"],
+        &["autoscaling", "minReplicas"],
+    ),
+    (
+        &["autoscaling", "maxReplicas"],
+        &["autoscaling", "maxReplicas"],
+    ),
+    (
+        &["autoscaling", "targetQueueLength"],
+        &["autoscaling", "targetQueueLength"],
+    ),
+    (&["autoscaling", "metric"], &["autoscaling", "metric"]),
 ];
 
 /// v1beta1 objects that v1alpha1 may leave out as a whole: the v1beta1-only
 /// fields kept for them are dropped with them, since restoring those alone
 /// would make a half object (an autoscaling with no bounds).
 const OPTIONAL_PARENTS: &[&str] = &["autoscaling"];
+
+/// v1beta1 values below what the v1alpha1 schema allows, with the least
+/// v1alpha1 value: `autoscaling.minReplicas: 0` (scale to zero, KEDA only)
+/// reads as 1 in v1alpha1, so a v1alpha1 client can write the object back,
+/// and the real 0 waits in the annotation. It comes back only while the
+/// v1alpha1 value is still that floor: a v1alpha1 edit of the field wins.
+const NARROWED: &[(&[&str], i64)] = &[(&["autoscaling", "minReplicas"], 1)];
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConversionError {
@@ -115,7 +137,15 @@ fn to_v1beta1(
             put(&mut beta, to, v);
         }
     }
-    if let Some(stash) = stash {
+    if let Some(mut stash) = stash {
+        for (path, floor) in NARROWED {
+            let Some(real) = take(&mut stash, path) else {
+                continue;
+            };
+            if get(&beta, path).and_then(Value::as_i64) == Some(*floor) {
+                put(&mut beta, path, real);
+            }
+        }
         for (k, v) in stash {
             if OPTIONAL_PARENTS.contains(&k.as_str()) && !beta.contains_key(&k) {
                 continue;
@@ -127,14 +157,33 @@ fn to_v1beta1(
 }
 
 fn to_v1alpha1(mut beta: Map<String, Value>) -> (Map<String, Value>, Option<Map<String, Value>>) {
+    let mut narrowed = Map::new();
+    for (path, floor) in NARROWED {
+        if let Some(v) = get(&beta, path).filter(|v| v.as_i64().is_some_and(|n| n < *floor)) {
+            put(&mut narrowed, path, v.clone());
+            put(&mut beta, path, Value::from(*floor));
+        }
+    }
     let mut alpha = Map::new();
     for (from, to) in MOVES {
         if let Some(v) = take(&mut beta, to) {
             put(&mut alpha, from, v);
         }
     }
+    for (k, v) in narrowed {
+        merge(&mut beta, k, v);
+    }
     prune_empty(&mut beta);
     (alpha, (!beta.is_empty()).then_some(beta))
+}
+
+/// The value at `path`, if there is one.
+fn get<'a>(map: &'a Map<String, Value>, path: &[&str]) -> Option<&'a Value> {
+    match path {
+        [] => None,
+        [last] => map.get(*last),
+        [first, rest @ ..] => get(map.get(*first)?.as_object()?, rest),
+    }
 }
 
 /// Removes the value at `path`, and any object on the way that it leaves empty.

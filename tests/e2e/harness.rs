@@ -198,6 +198,83 @@ impl Env {
             .expect("apply ModelService")
     }
 
+    /// A ModelService document from a spec in the v1beta1 shape, in the
+    /// version this run writes: for v1beta1-only fields (KEDA), which a
+    /// v1alpha1 run carries through the conversion annotation.
+    pub fn ms_object_v1beta1(&self, name: &str, spec: Value) -> Value {
+        let ms = json!({"apiVersion": V1BETA1, "kind": "ModelService",
+            "metadata": {"name": name, "namespace": self.namespace}, "spec": spec});
+        convert_object(ms, api_version()).expect("test specs convert")
+    }
+
+    /// Applies a ModelService whose spec is in the v1beta1 shape.
+    pub async fn apply_ms_v1beta1(&self, name: &str, spec: Value) {
+        self.ms_api()
+            .patch(
+                name,
+                &PatchParams::apply("e2e-user").force(),
+                &Patch::Apply(&self.ms_object_v1beta1(name, spec)),
+            )
+            .await
+            .expect("apply ModelService");
+    }
+
+    /// Installs KEDA's ScaledObject CRD (v2.19.0, as upstream ships it) and
+    /// waits until it is served. There is no KEDA controller: scenarios
+    /// write what KEDA would.
+    pub async fn install_keda_crd(&self) {
+        let text = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/crds/keda.sh_scaledobjects.yaml"),
+        )
+        .expect("the KEDA CRD fixture");
+        let crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("crd parses");
+        Api::<CustomResourceDefinition>::all(self.client.clone())
+            .patch(
+                &crd.name_any(),
+                &PatchParams::apply("e2e-installer").force(),
+                &Patch::Apply(&crd),
+            )
+            .await
+            .expect("install the KEDA CRD");
+        let api = self.scaled_objects();
+        wait_for(
+            "the ScaledObject API to be served",
+            Duration::from_secs(30),
+            || {
+                let api = api.clone();
+                async move { api.list(&Default::default()).await.ok().map(|_| ()) }
+            },
+        )
+        .await;
+    }
+
+    /// Removes KEDA's ScaledObject CRD and waits until it is gone.
+    pub async fn remove_keda_crd(&self) {
+        let api = Api::<CustomResourceDefinition>::all(self.client.clone());
+        let name = "scaledobjects.keda.sh";
+        let _ = api.delete(name, &DeleteParams::background()).await;
+        wait_for("the KEDA CRD to be gone", Duration::from_secs(120), || {
+            let api = api.clone();
+            async move {
+                api.get_opt(name)
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_none()
+                    .then_some(())
+            }
+        })
+        .await;
+    }
+
+    /// ScaledObjects in this test's namespace.
+    pub fn scaled_objects(&self) -> Api<DynamicObject> {
+        let gvk = GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject");
+        let ar = ApiResource::from_gvk_with_plural(&gvk, "scaledobjects");
+        Api::namespaced_with(self.client.clone(), &self.namespace, &ar)
+    }
+
     /// Starts the operator binary limited to this test's namespace.
     pub fn operator(&self) -> OperatorBuilder<'_> {
         OperatorBuilder {

@@ -11,6 +11,8 @@ mod deletion;
 mod diagnosis;
 mod drift;
 mod faults;
+mod keda;
+mod keda_missing;
 mod leader;
 mod lifecycle;
 mod permissions;

@@ -1,0 +1,235 @@
+//! KEDA as the autoscaling engine: the ScaledObject replaces the HPA, the
+//! switch between engines never leaves two autoscalers on one Deployment and
+//! never dips the replicas, KEDA's own replica writes (down to zero) are never
+//! reverted, and what KEDA says of itself reaches the status.
+//!
+//! There is no KEDA controller in either back end: the scenario writes the
+//! replica count and the ScaledObject status as KEDA would.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use kube::api::{DynamicObject, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use crate::harness::{CONVERGE, Env, wait_for};
+use crate::observe::*;
+
+const PROMETHEUS: &str = "http://prometheus.monitoring:9090";
+
+/// A CPU-only model in the v1beta1 shape, with `autoscaling`.
+pub fn keda_spec(replicas: i32, autoscaling: Value) -> Value {
+    json!({"model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}, "runtime": {"image": serving_image()},
+        "resources": {"gpus": 0}, "replicas": replicas, "autoscaling": autoscaling})
+}
+
+pub fn keda(min: i32, max: i32) -> Value {
+    json!({"engine": "KEDA", "minReplicas": min, "maxReplicas": max, "targetQueueLength": 4,
+        "prometheus": {"address": PROMETHEUS}, "cooldownSeconds": 120})
+}
+
+pub async fn scaled_object(env: &Env, name: &str) -> Option<DynamicObject> {
+    env.scaled_objects().get_opt(name).await.ok().flatten()
+}
+
+async fn hpa(env: &Env, name: &str) -> Option<HorizontalPodAutoscaler> {
+    env.api::<HorizontalPodAutoscaler>()
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Samples the children until `done` holds and 3 s after: never two
+/// autoscalers at once, and the lowest replica count seen.
+async fn watch_switch(env: &Env, name: &str, done: impl Fn(bool, bool) -> bool) -> i32 {
+    let mut lowest = i32::MAX;
+    let mut settled_at: Option<Instant> = None;
+    let deadline = Instant::now() + CONVERGE;
+    while Instant::now() < deadline {
+        let (h, s) = (
+            hpa(env, name).await.is_some(),
+            scaled_object(env, name).await.is_some(),
+        );
+        assert!(!(h && s), "an HPA and a ScaledObject scale {name} at once");
+        if let Some(d) = deployment(env, name).await {
+            lowest = lowest.min(d.spec.replicas.unwrap_or(1));
+        }
+        if done(h, s) {
+            settled_at.get_or_insert_with(Instant::now);
+        }
+        if settled_at.is_some_and(|t| t.elapsed() > Duration::from_secs(3)) {
+            return lowest;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the switch of {name} did not finish within {CONVERGE:?}");
+}
+
+/// Writes the ScaledObject's status as KEDA would.
+async fn keda_reports(env: &Env, name: &str, ready: &str, active: &str, message: &str) {
+    env.scaled_objects()
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"conditions": [
+                {"type": "Ready", "status": ready, "reason": "ScaledObjectReady", "message": message},
+                {"type": "Active", "status": active, "reason": "ScalerActive", "message": ""},
+            ]}})),
+        )
+        .await
+        .expect("write the ScaledObject status");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keda_replaces_the_hpa_scales_to_zero_and_hands_back_without_a_fight() {
+    let env = Env::new().await;
+    env.install_keda_crd().await;
+    let _op = env.operator().arg("--discovery-interval").arg("1s").start();
+    let name = "kedaswitch";
+
+    // HPA first, at 3 replicas.
+    let hpa_scaling = json!({"minReplicas": 3, "maxReplicas": 6, "targetQueueLength": 4});
+    env.apply_ms_v1beta1(name, keda_spec(3, hpa_scaling.clone()))
+        .await;
+    wait_for("the HPA", CONVERGE, || hpa(&env, name)).await;
+    wait_for("3 replicas", CONVERGE, || async {
+        (deployment(&env, name).await?.spec.replicas == Some(3)).then_some(())
+    })
+    .await;
+
+    // HPA → KEDA: the HPA goes before the ScaledObject comes, at 3 replicas.
+    env.apply_ms_v1beta1(name, keda_spec(3, keda(0, 6))).await;
+    let lowest = watch_switch(&env, name, |h, s| !h && s).await;
+    assert_eq!(lowest, 3, "the replicas dipped during the switch to KEDA");
+
+    let so = scaled_object(&env, name).await.expect("the ScaledObject");
+    let spec = &so.data["spec"];
+    assert_eq!(spec["scaleTargetRef"]["name"], name);
+    assert_eq!(spec["scaleTargetRef"]["kind"], "Deployment");
+    assert_eq!(
+        (
+            spec["minReplicaCount"].as_i64(),
+            spec["maxReplicaCount"].as_i64()
+        ),
+        (Some(0), Some(6))
+    );
+    assert_eq!(spec["cooldownPeriod"], 120);
+    let trigger = &spec["triggers"][0];
+    assert_eq!(trigger["type"], "prometheus");
+    assert_eq!(trigger["metadata"]["serverAddress"], PROMETHEUS);
+    assert_eq!(trigger["metadata"]["threshold"], "4");
+    assert_eq!(
+        trigger["metadata"]["query"],
+        format!(
+            "sum(vllm:num_requests_waiting{{namespace=\"{}\",pod=~\"{name}-[a-z0-9]+-[a-z0-9]+\"}})",
+            env.namespace
+        )
+    );
+    let owner = &so.metadata.owner_references.as_ref().expect("owned")[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.controller),
+        ("ModelService", Some(true))
+    );
+
+    // KEDA says it works, and is idle.
+    keda_reports(
+        &env,
+        name,
+        "True",
+        "False",
+        "ScaledObject is defined correctly and is ready for scaling",
+    )
+    .await;
+    let ms = wait_ms(&env, name, "status.autoscaler from KEDA", CONVERGE, |ms| {
+        ms.status
+            .as_ref()
+            .and_then(|s| s.autoscaler.as_ref())
+            .is_some_and(|a| {
+                a.ready.as_deref() == Some("True") && a.active.as_deref() == Some("False")
+            })
+    })
+    .await;
+    assert_eq!(
+        condition(&ms, "Degraded").map(|c| c.0),
+        Some("False".into())
+    );
+
+    // KEDA scales to zero through the scale subresource, as its HPA does.
+    env.api::<Deployment>()
+        .patch_scale(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"replicas": 0}})),
+        )
+        .await
+        .expect("scale to zero");
+    let ms = wait_ms(
+        &env,
+        name,
+        "Ready with reason ScaledToZero",
+        CONVERGE,
+        |ms| condition(ms, "Ready") == Some(("True".into(), "ScaledToZero".into())),
+    )
+    .await;
+    assert_eq!(
+        ms.status.as_ref().and_then(|s| s.url.clone()).is_some(),
+        true,
+        "the URL stays"
+    );
+    // Several reconciles later (each spec change is one), still zero.
+    for i in 0..3 {
+        let mut spec = keda_spec(3, keda(0, 6));
+        spec["runtime"]["args"] = json!([format!("--seed={i}")]);
+        env.apply_ms_v1beta1(name, spec).await;
+        let d = wait_for("the Deployment with the new args", CONVERGE, || async {
+            let d = deployment(&env, name).await?;
+            let args = d.spec.template.spec.as_ref()?.containers[0].args.clone()?;
+            args.contains(&format!("--seed={i}")).then_some(d)
+        })
+        .await;
+        assert_eq!(
+            d.spec.replicas,
+            Some(0),
+            "the operator reverted KEDA's replica count"
+        );
+    }
+
+    // A trigger that fails is a Degraded reason, and Ready stays as it is.
+    keda_reports(
+        &env,
+        name,
+        "False",
+        "False",
+        "error querying prometheus: connection refused",
+    )
+    .await;
+    let ms = wait_ms(&env, name, "Degraded AutoscalerNotReady", CONVERGE, |ms| {
+        condition(ms, "Degraded") == Some(("True".into(), "AutoscalerNotReady".into()))
+    })
+    .await;
+    assert!(
+        message(&ms, "Degraded").contains("connection refused"),
+        "{}",
+        message(&ms, "Degraded")
+    );
+    assert_eq!(condition(&ms, "Ready").map(|c| c.0), Some("True".into()));
+
+    // KEDA → HPA: the ScaledObject goes before the HPA comes.
+    env.apply_ms_v1beta1(name, keda_spec(3, hpa_scaling)).await;
+    watch_switch(&env, name, |h, s| h && !s).await;
+
+    // Autoscaling off: no autoscaler, and the spec's count again.
+    let mut off = keda_spec(2, Value::Null);
+    if let Some(m) = off.as_object_mut() {
+        m.remove("autoscaling");
+    }
+    env.apply_ms_v1beta1(name, off).await;
+    watch_switch(&env, name, |h, s| !h && !s).await;
+    wait_for("replicas back to the spec", CONVERGE, || async {
+        (deployment(&env, name).await?.spec.replicas == Some(2)).then_some(())
+    })
+    .await;
+    env.finish().await;
+}
