@@ -23,9 +23,15 @@ fn main() -> ExitCode {
             }
             Err(e) => fail(&format!("cannot render the CRD: {e}")),
         },
-        Command::Render(args) => print_or_fail(
-            manifests::read(&args.file).and_then(|y| render::render(&y, &args.namespace)),
-        ),
+        Command::Render(args) => print_or_fail(manifests::read(&args.file).and_then(|y| {
+            render::render_with(
+                &y,
+                &args.namespace,
+                &OperatorDefaults {
+                    prometheus_address: args.prometheus_address.clone(),
+                },
+            )
+        })),
         Command::Convert(args) => print_or_fail(
             manifests::read(&args.file).and_then(|y| convert_manifests::convert(&y, args.to)),
         ),

@@ -190,6 +190,9 @@ pub struct RenderArgs {
     /// Namespace for documents that do not set one.
     #[arg(short = 'n', long, default_value = "default")]
     pub namespace: String,
+    /// The operator's --prometheus-address, for KEDA triggers whose ModelService names no server.
+    #[arg(long, env = "PROMETHEUS_ADDRESS", value_name = "URL")]
+    pub prometheus_address: Option<String>,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -5,12 +5,21 @@
 use super::manifests::{documents, is_model_service};
 use crate::api::ModelService;
 use crate::core::convert::{V1BETA1, convert_object};
-use crate::core::{build_children, validate};
+use crate::core::{OperatorDefaults, build_children, validate_with};
 
 /// Renders every ModelService document of `yaml`, in either version.
 /// Documents of other kinds are skipped, so a whole GitOps folder can be
 /// piped in.
 pub fn render(yaml: &str, default_namespace: &str) -> Result<String, String> {
+    render_with(yaml, default_namespace, &OperatorDefaults::default())
+}
+
+/// [`render`], with what the operator's flags add (`--prometheus-address`).
+pub fn render_with(
+    yaml: &str,
+    default_namespace: &str,
+    defaults: &OperatorDefaults,
+) -> Result<String, String> {
     let mut out = String::new();
     let mut found = 0;
     for doc in documents(yaml)? {
@@ -22,7 +31,8 @@ pub fn render(yaml: &str, default_namespace: &str) -> Result<String, String> {
         let beta = convert_object(doc.value, V1BETA1).map_err(|e| format!("document {at}: {e}"))?;
         let ms: ModelService = serde_json::from_value(beta)
             .map_err(|e| format!("document {at}: not a valid ModelService: {e}"))?;
-        let valid = validate(&ms, default_namespace).map_err(|e| format!("document {at}: {e}"))?;
+        let valid = validate_with(&ms, default_namespace, defaults)
+            .map_err(|e| format!("document {at}: {e}"))?;
         let children = build_children(&valid, None);
         out.push_str(&children.to_yaml().map_err(|e| e.to_string())?);
     }
@@ -72,5 +82,20 @@ mod tests {
         let err = render(&bad, "default").expect_err("invalid");
         assert!(err.contains("spec.resources.gpuResource"), "{err}");
         assert!(render("kind: ConfigMap\n", "default").is_err());
+    }
+
+    const KEDA: &str = "apiVersion: serving.modelservice.dev/v1beta1\nkind: ModelService\nmetadata: {name: z}\nspec: {model: {name: m}, runtime: {image: i}, autoscaling: {engine: KEDA, minReplicas: 0, maxReplicas: 2}}\n";
+
+    #[test]
+    fn keda_renders_a_scaled_object_with_the_operator_default_prometheus() {
+        let err = render(KEDA, "ml").expect_err("no Prometheus anywhere");
+        assert!(err.contains("--prometheus-address"), "{err}");
+        let defaults = OperatorDefaults {
+            prometheus_address: Some("http://prom:9090".into()),
+        };
+        let out = render_with(KEDA, "ml", &defaults).expect("renders");
+        assert!(out.contains("kind: ScaledObject"), "{out}");
+        assert!(out.contains("serverAddress: http://prom:9090"), "{out}");
+        assert!(!out.contains("HorizontalPodAutoscaler"), "{out}");
     }
 }
