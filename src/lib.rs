@@ -5,11 +5,13 @@
 //! - [`core`]: the pure core: validate a spec, build the desired children, compute status.
 //!   No I/O, so it is what `render` prints and what most tests exercise.
 //! - [`controller`]: the I/O around the core: observe, apply, report, finalize, events.
+//! - [`metrics`]: the Prometheus metrics, written by the controller and the wiring alike.
 //! - [`runtime`]: process wiring: CLI, Controller, leader election, HTTP, signals, logs.
 //! - [`webhook`]: the CRD conversion webhook (HTTPS), its certificates and the CRD's clientConfig.
 
 pub mod api;
 pub mod controller;
 pub mod core;
+pub mod metrics;
 pub mod runtime;
 pub mod webhook;

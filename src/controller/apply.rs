@@ -19,8 +19,12 @@ use super::observe::cached;
 use super::{Context, Error, recent};
 use crate::core::Children;
 use crate::core::fingerprint::{ANNOTATION, stamp};
-use crate::core::labels::MANAGER;
 use crate::core::subset::is_subset;
+
+/// The field manager of every write the operator makes: server-side apply
+/// of children, status and finalizer patches. One manager, so that the
+/// operator never conflicts with itself and a user sees one owner.
+pub const FIELD_MANAGER: &str = "modelservice-operator";
 
 /// What one apply did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -234,7 +238,7 @@ async fn apply_one<C: Child>(
         }
     }
     let api: Api<Cached<C>> = Api::namespaced(ctx.client.clone(), &ns);
-    let pp = PatchParams::apply(MANAGER).force();
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
     let applied = api
         .patch(&name, &pp, &Patch::Apply(&desired_json))
         .await

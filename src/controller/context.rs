@@ -11,7 +11,7 @@ use kube::runtime::reflector::Store;
 
 use super::children::Stores;
 use super::freshness::Freshness;
-use crate::runtime::metrics::Metrics;
+use crate::metrics::Metrics;
 
 /// Timing and concurrency of the controller.
 #[derive(Clone, Debug)]

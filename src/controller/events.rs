@@ -3,18 +3,16 @@
 //!
 //! Events are best effort and off the reconcile path. A reconcile hands an
 //! event to a bounded queue and goes on; a few background publishers send
-//! them. Awaiting each event inline made every reconcile wait for one extra
-//! API round trip per child it touched, which doubled cold convergence time.
-//! When the queue is full (a burst of thousands of objects), new events are
+//! them. Awaiting each event inline would make every reconcile wait for one
+//! extra API round trip per child it touched (see BENCHMARKS.md). When the queue is full (a burst of thousands of objects), new events are
 //! dropped and counted, as client-go's broadcaster does: an event must never
 //! slow down or fail the work it describes.
 //!
 //! Only warnings go through the long-lived `Recorder`, whose cache turns a
 //! warning repeated within minutes into one Event with a series count. That
-//! cache keeps every event it sent for six minutes, about 4 KiB each in
-//! memory; holding the one-off Normal events ("Created Deployment m") there
-//! was the largest single use of memory at 1,000 ModelServices (9 MB). Those
-//! are only emitted when something was actually written, so they never
+//! cache keeps every event it sent for six minutes; holding the one-off
+//! Normal events ("Created Deployment m") there would make it the largest
+//! single use of memory at scale (see BENCHMARKS.md). Those are only emitted when something was actually written, so they never
 //! repeat identically and gain nothing from the series; each goes through a
 //! fresh `Recorder` with an empty cache.
 
@@ -27,7 +25,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tokio::sync::mpsc;
 use tracing::warn;
 
-use crate::runtime::metrics::Metrics;
+use crate::metrics::Metrics;
 
 /// Events waiting to be published; client-go's broadcaster keeps 1000 too.
 pub const QUEUE: usize = 1000;

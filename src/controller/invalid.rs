@@ -14,10 +14,10 @@ use kube::runtime::controller::Action;
 use serde_json::json;
 use tracing::warn;
 
+use super::apply::FIELD_MANAGER;
 use super::error::is_not_found;
 use super::reconcile::FINALIZER;
 use super::{Context, Error};
-use crate::core::labels::MANAGER;
 use crate::core::reasons;
 use crate::core::status::now_seconds;
 
@@ -87,7 +87,11 @@ pub async fn handle(bad: &InvalidObject, ctx: &Context) -> Result<Action, Error>
     let patch = json!({"status": {"observedGeneration": generation, "conditions": [
         cond("Ready", "False"), cond("Progressing", "False"), cond("Degraded", "True")]}});
     match api
-        .patch_status(&name, &PatchParams::apply(MANAGER), &Patch::Merge(&patch))
+        .patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Merge(&patch),
+        )
         .await
     {
         Ok(_) => {}

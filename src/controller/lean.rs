@@ -7,9 +7,8 @@
 //! tree. The operator reads a child's metadata, compares the fields it sets
 //! against the spec (a JSON comparison anyway, see `core::subset`), and reads
 //! the Deployment's status. Decoding only that, from the watch streams and
-//! from the apply responses, is what brought the cached children from about
-//! 11 KB to a few KB per ModelService and took the decoding out of the
-//! operator's CPU profile (see BENCHMARKS.md).
+//! from the apply responses, keeps both the cache's memory and the decoding
+//! CPU small (BENCHMARKS.md has the figures).
 //!
 //! The spec is kept as text, which works when serde_json reads the object
 //! straight from the wire: see `guarded` for why that holds for watches.
@@ -28,7 +27,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::core::labels::MANAGER;
+use super::apply::FIELD_MANAGER;
 use crate::core::rollout::DeploymentState;
 
 /// The annotation client-side `kubectl apply` keeps its last input in: a
@@ -255,7 +254,7 @@ impl<'de> Deserialize<'de> for OursOwnReplicas {
         }
         let entries = Vec::<Entry>::deserialize(d)?;
         Ok(Self(entries.iter().any(|e| {
-            e.manager.as_deref() == Some(MANAGER)
+            e.manager.as_deref() == Some(FIELD_MANAGER)
                 && e.operation.as_deref() == Some("Apply")
                 && e.fields
                     .as_ref()
@@ -330,8 +329,8 @@ mod tests {
         assert!(!d.owns_replicas, "another manager's field is not ours");
         let mut v: Value = serde_json::from_str(&served_deployment()).unwrap();
         v["metadata"]["managedFields"] = json!([
-            {"manager": MANAGER, "operation": "Update", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
-            {"manager": MANAGER, "operation": "Apply", "fieldsV1": {"f:spec": {"f:template": {}}}}
+            {"manager": FIELD_MANAGER, "operation": "Update", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+            {"manager": FIELD_MANAGER, "operation": "Apply", "fieldsV1": {"f:spec": {"f:template": {}}}}
         ]);
         let d: LeanDeployment = serde_json::from_str(&v.to_string()).unwrap();
         assert!(

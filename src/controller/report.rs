@@ -10,11 +10,11 @@ use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
+use super::apply::FIELD_MANAGER;
 use super::lean::Lean;
 use super::{Context, Error, recent};
 use crate::api::{ModelService, ModelServiceStatus, condition_types as ct};
 use crate::core::conditions::find;
-use crate::core::labels::MANAGER;
 
 /// Patches `/status` to `new` unless `current` (from [`effective_status`])
 /// already is it; emits an Event when the Degraded condition's cause changed.
@@ -37,7 +37,7 @@ pub async fn report(
     let written = api
         .patch_status(
             &name,
-            &PatchParams::apply(MANAGER),
+            &PatchParams::apply(FIELD_MANAGER),
             &Patch::Merge(status_patch(new)?),
         )
         .await

@@ -14,7 +14,9 @@ pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MODEL_VERSION_LABEL: &str = "modelservice.dev/model-version";
 pub const APP_NAME: &str = "modelservice";
-pub const MANAGER: &str = "modelservice-operator";
+/// The `app.kubernetes.io/managed-by` value of everything the operator makes;
+/// its watches select on it.
+pub const MANAGED_BY: &str = "modelservice-operator";
 
 /// Labels that select the pods of one ModelService.
 pub fn selector_labels(name: &str) -> BTreeMap<String, String> {
@@ -36,7 +38,7 @@ pub fn selector_string(name: &str) -> String {
 /// Labels every child carries.
 pub fn common_labels(name: &str) -> BTreeMap<String, String> {
     let mut l = selector_labels(name);
-    l.insert(MANAGED_BY_LABEL.to_string(), MANAGER.to_string());
+    l.insert(MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string());
     l
 }
 

@@ -18,7 +18,7 @@ use http::{Request, Response};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::metrics::Metrics;
+use crate::metrics::Metrics;
 
 /// The Kubernetes verb and resource (`plural` or `plural/subresource`) of a
 /// request, as the API server's audit log would name them.

@@ -9,8 +9,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 
-use super::metrics::Metrics;
 use super::shutdown::Shutdown;
+use crate::metrics::Metrics;
 
 /// Readiness, flipped once every cache has synced.
 #[derive(Clone, Debug, Default)]

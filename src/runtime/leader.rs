@@ -19,8 +19,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{info, warn};
 
 use crate::controller::Leadership;
-use crate::core::labels::MANAGER;
-use crate::runtime::metrics::Metrics;
+use crate::controller::apply::FIELD_MANAGER;
+use crate::metrics::Metrics;
 use std::sync::Arc;
 
 /// The Lease's name, fixed by the API contract.
@@ -139,7 +139,7 @@ async fn build_manager(
         .with_identity(cfg.identity.clone())
         .with_duration(secs)
         .with_grace((secs / 3).max(2))
-        .with_field_manager(format!("{MANAGER}-lease"))
+        .with_field_manager(format!("{FIELD_MANAGER}-lease"))
         .build()
         .await
 }

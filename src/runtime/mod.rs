@@ -9,7 +9,6 @@ pub mod http;
 pub mod leader;
 pub mod logging;
 pub mod manifests;
-pub mod metrics;
 pub mod render;
 pub mod run;
 pub mod shutdown;

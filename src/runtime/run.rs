@@ -16,11 +16,11 @@ use tracing::{info, warn};
 use super::api_requests::CountRequests;
 use super::http::{self, Readiness};
 use super::leader::{self, ElectionConfig};
-use super::metrics::Metrics;
 use super::shutdown::Shutdown;
 use super::startup::{self, StartupError};
 use super::{discovery, storage_migration, watches};
 use crate::api::ModelService;
+use crate::controller::apply::FIELD_MANAGER;
 use crate::controller::children::{Cached, Child, ForEachWriter};
 use crate::controller::context::synced;
 use crate::controller::events::Events;
@@ -28,7 +28,7 @@ use crate::controller::freshness::Freshness;
 use crate::controller::guarded::Guarded;
 use crate::controller::lean::LAST_APPLIED;
 use crate::controller::{Context, ControllerConfig, Leadership, Stores, error_policy, reconcile};
-use crate::core::labels::MANAGER;
+use crate::metrics::Metrics;
 use crate::webhook::{self, Convert, WebhookConfig, WebhookError};
 
 /// How long the webhook keeps serving after SIGTERM (well inside the
@@ -234,7 +234,7 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
     }
 
     let reporter = Reporter {
-        controller: MANAGER.into(),
+        controller: FIELD_MANAGER.into(),
         instance: cfg.reporter_instance.clone(),
     };
     let (events, publisher) = Events::new(client.clone(), reporter, metrics.clone());

@@ -20,10 +20,10 @@ use kube::{Api, Client};
 use serde_json::json;
 use tracing::{info, warn};
 
-use super::metrics::Metrics;
 use super::shutdown::Shutdown;
 use crate::api::{CRD_NAME, ModelService, STORAGE_VERSION};
 use crate::controller::Leadership;
+use crate::metrics::Metrics;
 
 /// Objects rewritten at once: enough to finish thousands in seconds, few
 /// enough not to crowd out reconciles on the API server.

@@ -32,9 +32,9 @@ use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
-use super::metrics::Metrics;
 use crate::controller::freshness::Freshness;
-use crate::core::labels::{MANAGED_BY_LABEL, MANAGER};
+use crate::core::labels::{MANAGED_BY, MANAGED_BY_LABEL};
+use crate::metrics::Metrics;
 
 /// First retry after a watch error, before jitter.
 const FIRST_RETRY: Duration = Duration::from_millis(200);
@@ -173,7 +173,7 @@ pub fn child_watch<K>(
 where
     K: Watched,
 {
-    let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGER}"));
+    let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
     watch(api, config, writer, fresh, metrics, |_| {}).touched_objects()
 }
 
@@ -192,7 +192,7 @@ where
     K: Watched,
 {
     let resource: Arc<str> = K::plural(&()).into();
-    let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGER}"));
+    let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
     let runs = futures::stream::unfold(available, move |mut available| {
         let (api, config, resource, metrics) = (
             api.clone(),

@@ -22,7 +22,7 @@ use time::OffsetDateTime;
 use tracing::{debug, info};
 
 use super::certs::{self, CertError, KeyedCert, Sans};
-use crate::core::labels::{MANAGED_BY_LABEL, MANAGER};
+use crate::core::labels::{MANAGED_BY, MANAGED_BY_LABEL};
 
 /// The Secret's name unless `--webhook-secret` says otherwise.
 pub const DEFAULT_SECRET_NAME: &str = "modelservice-operator-webhook-certs";
@@ -296,7 +296,7 @@ fn new_secret(name: &str, stored: &Stored) -> Secret {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
             labels: Some(BTreeMap::from([
-                (MANAGED_BY_LABEL.to_string(), MANAGER.to_string()),
+                (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
                 (
                     "app.kubernetes.io/component".to_string(),
                     "conversion-webhook".to_string(),
