@@ -4,7 +4,7 @@ use std::path::Path;
 
 use modelservice_operator::api::{CRD_FILE, crd_yaml};
 
-use crate::{chart, config_rbac, listing};
+use crate::{chart, chart_readme, config_rbac, listing, root};
 
 /// The header of every generated file but the CRD's, whose header the
 /// operator's own `crd` command writes too.
@@ -40,6 +40,7 @@ pub fn all() -> Result<Vec<Generated>, String> {
     files.push(listing::file());
     files.extend(config_rbac::files()?);
     files.push(chart::file()?);
+    files.push(chart_readme::file(root())?);
     Ok(files)
 }
 

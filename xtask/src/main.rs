@@ -3,6 +3,7 @@
 //! stale, so the copies cannot drift from the code or from each other.
 
 mod chart;
+mod chart_readme;
 mod config_rbac;
 mod generated;
 mod listing;
