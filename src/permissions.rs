@@ -53,19 +53,43 @@ impl Verb {
 use Verb::{Create, Delete, Get, List, Patch, Update, Watch};
 
 /// One RBAC rule: some verbs on one resource of one API group, optionally
-/// only on the named objects.
+/// only on the named objects. Owned strings, so that rules can also come
+/// from other tables (the child kinds' API groups are known at run time).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rule {
     /// Why the operator needs it. The generated RBAC files carry it as a
     /// comment above the rule, so a reviewer of a Role sees the reason.
-    pub why: &'static str,
+    pub why: String,
     /// `""` is the core group.
-    pub api_group: &'static str,
+    pub api_group: String,
     /// With its subresource, e.g. `modelservices/status`.
-    pub resource: &'static str,
-    pub verbs: &'static [Verb],
+    pub resource: String,
+    pub verbs: Vec<Verb>,
     /// Empty: every object of the resource.
-    pub resource_names: &'static [&'static str],
+    pub resource_names: Vec<String>,
+}
+
+impl Rule {
+    pub fn new(
+        why: impl Into<String>,
+        api_group: impl Into<String>,
+        resource: impl Into<String>,
+        verbs: &[Verb],
+    ) -> Self {
+        Self {
+            why: why.into(),
+            api_group: api_group.into(),
+            resource: resource.into(),
+            verbs: verbs.to_vec(),
+            resource_names: Vec::new(),
+        }
+    }
+
+    /// Limited to these objects.
+    pub fn named(mut self, names: &[&str]) -> Self {
+        self.resource_names = names.iter().map(|n| n.to_string()).collect();
+        self
+    }
 }
 
 /// One (Cluster)Role's worth of rules. The sections are separate because
@@ -116,47 +140,42 @@ pub fn sections() -> Vec<Section> {
 /// operator watches one.
 pub fn cluster_rules() -> Vec<Rule> {
     let mut rules = vec![
-        Rule {
-            why: "Watch ModelServices; add and remove the finalizer with a JSON merge patch.",
-            api_group: GROUP,
-            resource: "modelservices",
-            verbs: &[Get, List, Watch, Patch],
-            resource_names: &[],
-        },
-        Rule {
-            why: "Report observedGeneration, replicas and conditions.",
-            api_group: GROUP,
-            resource: "modelservices/status",
-            verbs: &[Patch],
-            resource_names: &[],
-        },
-        Rule {
-            why: "Children carry ownerReferences with blockOwnerDeletion: true; with the \
-                  OwnerReferencesPermissionEnforcement admission plugin that needs update \
-                  on the owner's finalizers subresource.",
-            api_group: GROUP,
-            resource: "modelservices/finalizers",
-            verbs: &[Update],
-            resource_names: &[],
-        },
+        Rule::new(
+            "Watch ModelServices; add and remove the finalizer with a JSON merge patch.",
+            GROUP,
+            "modelservices",
+            &[Get, List, Watch, Patch],
+        ),
+        Rule::new(
+            "Report observedGeneration, replicas and conditions.",
+            GROUP,
+            "modelservices/status",
+            &[Patch],
+        ),
+        Rule::new(
+            "Children carry ownerReferences with blockOwnerDeletion: true; with the \
+             OwnerReferencesPermissionEnforcement admission plugin that needs update \
+             on the owner's finalizers subresource.",
+            GROUP,
+            "modelservices/finalizers",
+            &[Update],
+        ),
     ];
     rules.extend(child_rules());
     rules.extend([
-        Rule {
-            why: "Read-only: diagnose why pods do not serve (InsufficientGPU, \
-                  ImagePullFailed, ...).",
-            api_group: "",
-            resource: "pods",
-            verbs: &[List],
-            resource_names: &[],
-        },
-        Rule {
-            why: "Kubernetes Events on ModelServices.",
-            api_group: "events.k8s.io",
-            resource: "events",
-            verbs: &[Create, Patch],
-            resource_names: &[],
-        },
+        Rule::new(
+            "Read-only: diagnose why pods do not serve (InsufficientGPU, \
+             ImagePullFailed, ...).",
+            "",
+            "pods",
+            &[List],
+        ),
+        Rule::new(
+            "Kubernetes Events on ModelServices.",
+            "events.k8s.io",
+            "events",
+            &[Create, Patch],
+        ),
     ]);
     rules
 }
@@ -164,38 +183,34 @@ pub fn cluster_rules() -> Vec<Rule> {
 // Replaced by the child table (src/controller/children.rs)
 fn child_rules() -> Vec<Rule> {
     vec![
-        Rule {
-            why: "Child Deployment, written with server-side apply (field manager \
-                  modelservice-operator).",
-            api_group: "apps",
-            resource: "deployments",
-            verbs: &[Get, List, Watch, Create, Patch],
-            resource_names: &[],
-        },
-        Rule {
-            why: "Child Service, written with server-side apply.",
-            api_group: "",
-            resource: "services",
-            verbs: &[Get, List, Watch, Create, Patch],
-            resource_names: &[],
-        },
-        Rule {
-            why: "Child HPA, written with server-side apply; deleted when \
-                  spec.autoscaling is removed.",
-            api_group: "autoscaling",
-            resource: "horizontalpodautoscalers",
-            verbs: &[Get, List, Watch, Create, Patch, Delete],
-            resource_names: &[],
-        },
-        Rule {
-            why: "KEDA's ScaledObject, with autoscaling.engine KEDA; deleted when the \
-                  engine changes or autoscaling is removed. Discovery of keda.sh/v1alpha1 \
-                  needs no permission.",
-            api_group: "keda.sh",
-            resource: "scaledobjects",
-            verbs: &[Get, List, Watch, Create, Patch, Delete],
-            resource_names: &[],
-        },
+        Rule::new(
+            "Child Deployment, written with server-side apply (field manager \
+             modelservice-operator).",
+            "apps",
+            "deployments",
+            &[Get, List, Watch, Create, Patch],
+        ),
+        Rule::new(
+            "Child Service, written with server-side apply.",
+            "",
+            "services",
+            &[Get, List, Watch, Create, Patch],
+        ),
+        Rule::new(
+            "Child HPA, written with server-side apply; deleted when \
+             spec.autoscaling is removed.",
+            "autoscaling",
+            "horizontalpodautoscalers",
+            &[Get, List, Watch, Create, Patch, Delete],
+        ),
+        Rule::new(
+            "KEDA's ScaledObject, with autoscaling.engine KEDA; deleted when the \
+             engine changes or autoscaling is removed. Discovery of keda.sh/v1alpha1 \
+             needs no permission.",
+            "keda.sh",
+            "scaledobjects",
+            &[Get, List, Watch, Create, Patch, Delete],
+        ),
     ]
 }
 
@@ -203,61 +218,59 @@ fn child_rules() -> Vec<Rule> {
 /// cluster-scoped, also for an operator that watches one namespace.
 pub fn crd_rules() -> Vec<Rule> {
     vec![
-        Rule {
-            why: "Conversion webhook: read the CRD and point \
-                  spec.conversion.webhook.clientConfig (service or url, and caBundle) \
-                  at this operator (JSON merge patch). Done with self-made \
-                  certificates, and with cert-manager's when ca.crt is mounted. \
-                  Storage migration (leader, all namespaces): read \
-                  status.storedVersions.",
-            api_group: "apiextensions.k8s.io",
-            resource: "customresourcedefinitions",
-            verbs: &[Get, Patch],
-            resource_names: &[CRD_NAME],
-        },
-        Rule {
-            why: "Storage migration: narrow status.storedVersions to [v1beta1] once \
-                  every ModelService has been rewritten (JSON patch, test-and-replace).",
-            api_group: "apiextensions.k8s.io",
-            resource: "customresourcedefinitions/status",
-            verbs: &[Patch],
-            resource_names: &[CRD_NAME],
-        },
+        Rule::new(
+            "Conversion webhook: read the CRD and point \
+             spec.conversion.webhook.clientConfig (service or url, and caBundle) \
+             at this operator (JSON merge patch). Done with self-made \
+             certificates, and with cert-manager's when ca.crt is mounted. \
+             Storage migration (leader, all namespaces): read \
+             status.storedVersions.",
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            &[Get, Patch],
+        )
+        .named(&[CRD_NAME]),
+        Rule::new(
+            "Storage migration: narrow status.storedVersions to [v1beta1] once \
+             every ModelService has been rewritten (JSON patch, test-and-replace).",
+            "apiextensions.k8s.io",
+            "customresourcedefinitions/status",
+            &[Patch],
+        )
+        .named(&[CRD_NAME]),
     ]
 }
 
 /// Leader election: a Role in the operator's own namespace.
 pub fn lease_rules() -> Vec<Rule> {
-    vec![Rule {
-        why: "Leader election: the Lease named modelservice-operator in the \
-              operator's own namespace (--lease-namespace, default POD_NAMESPACE).",
-        api_group: "coordination.k8s.io",
-        resource: "leases",
-        verbs: &[Get, List, Watch, Create, Update, Patch],
-        resource_names: &[],
-    }]
+    vec![Rule::new(
+        "Leader election: the Lease named modelservice-operator in the \
+         operator's own namespace (--lease-namespace, default POD_NAMESPACE).",
+        "coordination.k8s.io",
+        "leases",
+        &[Get, List, Watch, Create, Update, Patch],
+    )]
 }
 
 /// The webhook Secret: a Role in the operator's own namespace, only when the
 /// operator makes its own certificates (`--webhook-certs=self`, the default).
 pub fn webhook_secret_rules() -> Vec<Rule> {
     vec![
-        Rule {
-            why: "Read it at startup and before expiry; rotate it in place (update \
-                  with the resourceVersion read, so concurrent replicas cannot both \
-                  win).",
-            api_group: "",
-            resource: "secrets",
-            verbs: &[Get, Update],
-            resource_names: &[DEFAULT_SECRET_NAME],
-        },
-        Rule {
-            why: "The first replica to start creates it. Create cannot be limited by name.",
-            api_group: "",
-            resource: "secrets",
-            verbs: &[Create],
-            resource_names: &[],
-        },
+        Rule::new(
+            "Read it at startup and before expiry; rotate it in place (update \
+             with the resourceVersion read, so concurrent replicas cannot both \
+             win).",
+            "",
+            "secrets",
+            &[Get, Update],
+        )
+        .named(&[DEFAULT_SECRET_NAME]),
+        Rule::new(
+            "The first replica to start creates it. Create cannot be limited by name.",
+            "",
+            "secrets",
+            &[Create],
+        ),
     ]
 }
 
@@ -291,8 +304,8 @@ mod tests {
         for section in sections() {
             let mut seen = BTreeSet::new();
             for rule in &section.rules {
-                for verb in rule.verbs {
-                    let grant = (rule.api_group, rule.resource, *verb, rule.resource_names);
+                for verb in &rule.verbs {
+                    let grant = (&rule.api_group, &rule.resource, *verb, &rule.resource_names);
                     assert!(seen.insert(grant), "{}: {grant:?} twice", section.key);
                 }
             }

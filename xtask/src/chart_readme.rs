@@ -25,7 +25,7 @@ fn table() -> Result<String, String> {
     let mut out = "| API group | resource | verbs |\n| --- | --- | --- |\n".to_string();
     for role in &ROLES {
         for rule in section(role)?.rules {
-            let group = match rule.api_group {
+            let group = match rule.api_group.as_str() {
                 "" => "\"\" (core)",
                 g => g,
             };

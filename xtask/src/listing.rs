@@ -55,9 +55,9 @@ pub fn file() -> Generated {
     for section in sections() {
         out.push_str(&format!("\n{}{}:\n", comment(section.why, 0), section.key));
         for rule in &section.rules {
-            out.push_str(&comment(rule.why, 2));
-            out.push_str(&format!("  - apiGroup: {}\n", scalar(rule.api_group)));
-            out.push_str(&format!("    resource: {}\n", scalar(rule.resource)));
+            out.push_str(&comment(&rule.why, 2));
+            out.push_str(&format!("  - apiGroup: {}\n", scalar(&rule.api_group)));
+            out.push_str(&format!("    resource: {}\n", scalar(&rule.resource)));
             if !rule.resource_names.is_empty() {
                 let names = rule.resource_names.iter().map(|n| scalar(n));
                 out.push_str(&format!("    resourceNames: {}\n", flow(names)));

@@ -46,7 +46,7 @@ fn grants_of(rules: &[Rule]) -> BTreeSet<Grant> {
     for rule in rules {
         let mut names: Vec<String> = rule.resource_names.iter().map(|n| n.to_string()).collect();
         names.sort();
-        for verb in rule.verbs {
+        for verb in &rule.verbs {
             out.insert((
                 rule.api_group.to_string(),
                 rule.resource.to_string(),

@@ -46,14 +46,14 @@ pub fn rules(rules: &[Rule], indent: usize, name: impl Fn(&str) -> String) -> St
     let list = |items: Vec<String>| format!("[{}]", items.join(", "));
     let mut out = String::new();
     for rule in rules {
-        out.push_str(&comment(rule.why, indent));
+        out.push_str(&comment(&rule.why, indent));
         out.push_str(&format!(
             "{pad}- apiGroups: {}\n",
-            list(vec![quoted(rule.api_group)])
+            list(vec![quoted(&rule.api_group)])
         ));
         out.push_str(&format!(
             "{pad}  resources: {}\n",
-            list(vec![quoted(rule.resource)])
+            list(vec![quoted(&rule.resource)])
         ));
         if !rule.resource_names.is_empty() {
             let names = rule.resource_names.iter().map(|n| name(n)).collect();
