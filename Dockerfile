@@ -16,15 +16,18 @@ ENV CARGO_TERM_COLOR=never \
     CARGO_PROFILE_RELEASE_STRIP=symbols
 
 # 1. Dependencies only, cached as their own layer: the manifests and lock file
-#    of the workspace (root package + the dev-only member tests/support, which
-#    Cargo needs to load the workspace), with stub sources for every target
-#    Cargo.toml declares (lib, bin, [[bench]] pure, convergence). This layer is rebuilt only
-#    when Cargo.toml, Cargo.lock or tests/support/Cargo.toml change.
+#    of the workspace (root package + the dev-only members tests/support and
+#    xtask, which Cargo needs to load the workspace), with stub sources for
+#    every target Cargo.toml declares (lib, bin, [[bench]] pure, convergence).
+#    This layer is rebuilt only when Cargo.toml, Cargo.lock or a member's
+#    Cargo.toml change.
 #    (.ci/packaging.sh fails if Cargo.toml declares a target without a stub here.)
 COPY Cargo.toml Cargo.lock ./
 COPY tests/support/Cargo.toml tests/support/Cargo.toml
-RUN mkdir -p src benches/convergence tests/support/src \
+COPY xtask/Cargo.toml xtask/Cargo.toml
+RUN mkdir -p src benches/convergence tests/support/src xtask/src \
     && echo 'fn main() {}' > src/main.rs \
+    && echo 'fn main() {}' > xtask/src/main.rs \
     && echo 'fn main() {}' > benches/pure.rs \
     && echo 'fn main() {}' > benches/convergence/main.rs \
     && touch src/lib.rs tests/support/src/lib.rs \
@@ -33,8 +36,8 @@ RUN mkdir -p src benches/convergence tests/support/src \
         target/release/deps/modelservice_operator-* \
         target/release/deps/libmodelservice_operator-*
 
-# 2. The operator's real sources. The benches and tests/support keep their
-#    stubs: they are dev-only and not part of a release build.
+# 2. The operator's real sources. The benches, tests/support and xtask keep
+#    their stubs: they are dev-only and not part of a release build.
 COPY src ./src
 RUN touch src/main.rs src/lib.rs \
     && cargo build --release --locked --bin modelservice-operator \

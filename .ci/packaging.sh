@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Packaging checks: Helm chart, kustomize config, RBAC vs
-# config/rbac/permissions.yaml, CRD copies, Dockerfile (+ hadolint), Argo CD
-# health check. Works from any directory and offline, except for pip
+# Packaging checks: Helm chart, kustomize config, RBAC bindings, Dockerfile
+# (+ hadolint), Argo CD health check. The generated files (CRD copies, RBAC
+# rules) are `cargo xtask check`'s job. Works from any directory and offline, except for pip
 # installing the pinned tools below into .ci/.venv (skipped when they are
 # already there). Helm runs in-process through helm-python-sdk (Helm's Go SDK
 # as a bundled shared library): no helm binary is needed. kustomize is

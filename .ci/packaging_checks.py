@@ -1,6 +1,11 @@
 #!/usr/bin/env python3
 """Packaging checks for modelservice-operator: Helm chart, kustomize config,
-RBAC, CRD copies, Dockerfile, Argo CD health check.
+RBAC bindings, Dockerfile, Argo CD health check.
+
+What is generated from the Rust sources (the CRD and its copies, every RBAC
+rule) is not checked here: `cargo xtask check` fails when a generated file is
+stale, `cargo test -p xtask` reads the generated rules back, and
+tests/contract.rs checks the CRD's schema and CEL rules.
 
 Run through .ci/packaging.sh, which creates the virtualenv this needs. Works
 offline: Helm runs in-process (helm-python-sdk binds Helm's Go SDK as a shared
@@ -34,7 +39,6 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "modelservice-operator"
 CRD = ROOT / "crds" / "modelservice.yaml"
-PERMISSIONS = ROOT / "config" / "rbac" / "permissions.yaml"
 VENV_BIN = Path(sys.executable).parent
 # The newest Kubernetes schemas bundled with the pinned kubernetes-validate,
 # and the oldest Kubernetes the chart supports (Chart.yaml kubeVersion).
@@ -208,24 +212,6 @@ def one(objs: Iterable[dict[str, Any]], kind: str) -> dict[str, Any]:
     found = find(objs, kind)
     expect(len(found) == 1, f"expected exactly one {kind}, found {len(found)}")
     return found[0]
-
-
-# --------------------------------------------------------------------------- #
-# checks: files that must stay identical
-# --------------------------------------------------------------------------- #
-
-
-@check("CRD copies are byte-identical to crds/modelservice.yaml")
-def crd_copies() -> str:
-    src = CRD.read_bytes()
-    copies = [CHART / "crds" / "modelservice.yaml", ROOT / "config" / "crd" / "modelservice.yaml"]
-    bad = [rel(c) for c in copies if not c.exists() or c.read_bytes() != src]
-    if bad:
-        fail(
-            "differs from crds/modelservice.yaml: " + ", ".join(bad)
-            + "\nfix: cp crds/modelservice.yaml " + " && cp crds/modelservice.yaml ".join(bad)
-        )
-    return ", ".join(rel(c) for c in copies)
 
 
 # --------------------------------------------------------------------------- #
@@ -596,43 +582,9 @@ def kube_validate() -> str:
 
 
 # --------------------------------------------------------------------------- #
-# checks: RBAC == config/rbac/permissions.yaml
+# checks: RBAC bindings (the rules are generated from src/permissions.rs and
+# checked by `cargo xtask check` and `cargo test -p xtask`)
 # --------------------------------------------------------------------------- #
-
-# One grant: (apiGroup, resource, verb, resourceNames).
-Grant = tuple[str, str, str, tuple[str, ...]]
-SECTIONS = ("clusterRules", "crdRules", "leaseRules", "webhookSecretRules")
-# What resourceNames cannot limit (Kubernetes ignores them for these verbs).
-UNNAMEABLE = {"create", "list", "watch", "deletecollection"}
-
-
-def perm_grants(section: str) -> set[Grant]:
-    data = yaml.safe_load(PERMISSIONS.read_text())
-    expect(set(data) == set(SECTIONS), f"permissions.yaml sections {sorted(data)} != {sorted(SECTIONS)}")
-    out: set[Grant] = set()
-    for r in data[section]:
-        expect(set(r) - {"resourceNames"} == {"apiGroup", "resource", "verbs"}, f"permissions.yaml {section}: bad entry {r}")
-        names = tuple(sorted(r.get("resourceNames") or []))
-        expect(not (names and UNNAMEABLE & set(r["verbs"])), f"permissions.yaml {section}: resourceNames cannot limit {r['verbs']}")
-        for verb in r["verbs"]:
-            g = (r["apiGroup"], r["resource"], verb, names)
-            expect(g not in out, f"permissions.yaml {section}: {g} listed twice")
-            out.add(g)
-    return out
-
-
-def rule_grants(role: dict[str, Any]) -> set[Grant]:
-    out: set[Grant] = set()
-    where = f"{role['kind']}/{role['metadata']['name']}"
-    for r in role.get("rules") or []:
-        expect(not r.get("nonResourceURLs"), f"{where}: nonResourceURLs are not in permissions.yaml")
-        names = tuple(sorted(r.get("resourceNames") or []))
-        for g in r.get("apiGroups", []):
-            for res in r.get("resources", []):
-                for verb in r.get("verbs", []):
-                    expect("*" not in (g, res, verb), f"{where}: wildcard in {r}")
-                    out.add((g, res, verb, names))
-    return out
 
 
 def bound(objs: list[dict[str, Any]], role: dict[str, Any], sa: str, sa_ns: str) -> None:
@@ -647,54 +599,20 @@ def bound(objs: list[dict[str, Any]], role: dict[str, Any], sa: str, sa_ns: str)
     fail(f"no {kind} binds {role['kind']}/{role['metadata']['name']}")
 
 
-def rbac_is(objs: list[dict[str, Any]], want: dict[tuple[str, str | None, str], str]) -> str:
-    """The (Cluster)Roles in objs are exactly want ((kind, namespace, name) ->
-    permissions.yaml section), each grants its section exactly and is bound to
-    the operator's ServiceAccount."""
-    dep = one(objs, "Deployment")
-    sa, sa_ns = dep["spec"]["template"]["spec"]["serviceAccountName"], dep["metadata"]["namespace"]
-    roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
-             for o in objs if o["kind"] in ("Role", "ClusterRole")}
-    expect(set(roles) == set(want), f"(Cluster)Roles {sorted(roles, key=str)} != {sorted(want, key=str)}")
-    for key, section in want.items():
-        extra, missing = sorted(rule_grants(roles[key]) - perm_grants(section)), sorted(perm_grants(section) - rule_grants(roles[key]))
-        if extra or missing:
-            fail(f"{key[0]}/{key[2]} != permissions.yaml {section}: grants extra {extra}, lacks {missing}")
-        bound(objs, roles[key], sa, sa_ns)
-    return ", ".join(f"{k[0]} {k[2]}{' in ' + k[1] if k[1] else ''} = {s}" for k, s in want.items())
-
-
-CLUSTER_RBAC = {
-    ("ClusterRole", None, RELEASE): "clusterRules",
-    ("ClusterRole", None, f"{RELEASE}-crd"): "crdRules",
-    ("Role", RELEASE_NS, f"{RELEASE}-leader-election"): "leaseRules",
-    ("Role", RELEASE_NS, f"{RELEASE}-webhook-certs"): "webhookSecretRules",
-}
-
-
-@check("RBAC: chart == config/rbac/permissions.yaml (default, watchNamespace=ml, cert-manager)")
-def rbac_chart() -> str:
-    out = [rbac_is(render_scenario("default"), CLUSTER_RBAC)]
-    watch = {k: v for k, v in CLUSTER_RBAC.items() if v != "clusterRules"}
-    watch[("Role", "ml", RELEASE)] = "clusterRules"
-    out.append("watchNamespace: " + rbac_is(render_scenario("watch-namespace"), watch))
-    cm = {k: v for k, v in CLUSTER_RBAC.items() if v != "webhookSecretRules"}
-    rbac_is(render_scenario("cert-manager"), cm)
-    out.append("cert-manager: no webhookSecretRules")
-    return "\n".join(out)
-
-
-@check("RBAC: config/rbac == config/rbac/permissions.yaml")
-def rbac_config() -> str:
-    files = {"role.yaml": "clusterRules", "crd_role.yaml": "crdRules",
-             "leader_election_role.yaml": "leaseRules", "webhook_secret_role.yaml": "webhookSecretRules"}
-    listed = yaml.safe_load((ROOT / "config/rbac/kustomization.yaml").read_text())["resources"]
-    expect(set(files) <= set(listed), f"config/rbac/kustomization.yaml must list {sorted(files)}")
-    want = {}
-    for f, section in files.items():
-        role = yaml.safe_load((ROOT / "config/rbac" / f).read_text())
-        want[(role["kind"], role["metadata"].get("namespace"), role["metadata"]["name"])] = section
-    return rbac_is(kustomize("config/default"), want)
+@check("RBAC: every (Cluster)Role is bound to the operator's ServiceAccount")
+def rbac_bindings() -> str:
+    renders = {f"chart ({s})": render_scenario(s) for s in ("default", "watch-namespace", "cert-manager")}
+    renders["config/default"] = kustomize("config/default")
+    out = []
+    for label, objs in renders.items():
+        dep = one(objs, "Deployment")
+        sa, sa_ns = dep["spec"]["template"]["spec"]["serviceAccountName"], dep["metadata"]["namespace"]
+        roles = [o for o in objs if o["kind"] in ("Role", "ClusterRole")]
+        for role in roles:
+            expect(role.get("rules"), f"{label}: {role['kind']}/{role['metadata']['name']} has no rules")
+            bound(objs, role, sa, sa_ns)
+        out.append(f"{label}: {len(roles)}")
+    return "(Cluster)Roles bound: " + ", ".join(out)
 
 
 # --------------------------------------------------------------------------- #
@@ -773,6 +691,8 @@ def dockerfile_stubs() -> str:
         expect(f"{base}/Cargo.toml".lstrip("./") in stage or base == Path("."), f"{manifest} is not copied")
         if "build" in data.get("package", {}) or (manifest.parent / "build.rs").exists():
             needed.append(str(base / data["package"].get("build", "build.rs")))
+        if "bin" not in data and (manifest.parent / "src/main.rs").exists():
+            needed.append(str(base / "src/main.rs"))  # the auto-discovered binary
         lib = data.get("lib")
         if lib is not None or (manifest.parent / "src/lib.rs").exists():
             needed.append(str(base / (lib or {}).get("path", "src/lib.rs")))

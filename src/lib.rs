@@ -8,10 +8,12 @@
 //! - [`metrics`]: the Prometheus metrics, written by the controller and the wiring alike.
 //! - [`runtime`]: process wiring: CLI, Controller, leader election, HTTP, signals, logs.
 //! - [`webhook`]: the CRD conversion webhook (HTTPS), its certificates and the CRD's clientConfig.
+//! - [`permissions`]: the RBAC the operator needs, from which every RBAC file is generated.
 
 pub mod api;
 pub mod controller;
 pub mod core;
 pub mod metrics;
+pub mod permissions;
 pub mod runtime;
 pub mod webhook;

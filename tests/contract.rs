@@ -116,7 +116,7 @@ fn committed_crd_is_what_the_types_generate() {
     let committed = std::fs::read_to_string(repo(CRD_FILE)).expect("crds/modelservice.yaml exists");
     assert!(
         generated == committed,
-        "{CRD_FILE} is stale: run `cargo run -- crd > {CRD_FILE}` and commit it"
+        "{CRD_FILE} is stale: run `cargo xtask generate` (it writes the copies in the chart and config/ too) and commit them"
     );
 }
 

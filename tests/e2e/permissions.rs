@@ -1,5 +1,5 @@
-//! Every API call the operator makes is granted by config/rbac/permissions.yaml,
-//! the one list the Helm chart and config/rbac are checked against. The
+//! Every API call the operator makes is granted by src/permissions.rs, the one
+//! list the Helm chart's and config/rbac's Roles are generated from. The
 //! operator runs as installed: all namespaces, leader election, its own
 //! webhook certificate (the Secret), the CRD pointed at its webhook, and a
 //! storage migration to do (the CRD and its status).
@@ -10,46 +10,26 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use modelservice_operator::api::CRD_NAME;
+use modelservice_operator::permissions;
 use serde_json::json;
 
 use crate::harness::{CONVERGE, Env, free_port, wait_for};
 use crate::observe::*;
 
 fn granted() -> BTreeSet<(String, String)> {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/config/rbac/permissions.yaml"
-    ))
-    .expect("config/rbac/permissions.yaml");
-    let doc: serde_json::Value = serde_yaml::from_str(&text).expect("yaml");
-    let sections = doc.as_object().expect("a map of sections");
-    for section in [
-        "clusterRules",
-        "crdRules",
-        "leaseRules",
-        "webhookSecretRules",
-    ] {
-        assert!(
-            sections.contains_key(section),
-            "permissions.yaml lacks {section}"
-        );
-    }
     // Every section counts: a call is granted if any of them grants it.
     // resourceNames are ignored here (calls are counted by verb and
-    // resource); .ci/packaging.sh checks them against the rendered RBAC.
-    let mut out = BTreeSet::new();
-    for rules in sections.values() {
-        for rule in rules.as_array().into_iter().flatten() {
-            let resource = rule["resource"].as_str().unwrap_or_default().to_string();
-            for verb in rule["verbs"].as_array().into_iter().flatten() {
-                out.insert((
-                    verb.as_str().unwrap_or_default().to_string(),
-                    resource.clone(),
-                ));
-            }
-        }
-    }
-    out
+    // resource); the unit tests of src/permissions.rs limit them to verbs
+    // names can limit.
+    permissions::sections()
+        .iter()
+        .flat_map(|section| &section.rules)
+        .flat_map(|rule| {
+            rule.verbs
+                .iter()
+                .map(|verb| (verb.as_str().to_string(), rule.resource.to_string()))
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -115,6 +95,6 @@ async fn every_call_the_operator_makes_is_granted() {
     let missing: Vec<_> = used.iter().filter(|c| !granted.contains(c)).collect();
     assert!(
         missing.is_empty(),
-        "calls not in permissions.yaml: {missing:?}\nused: {used:?}"
+        "calls not granted in src/permissions.rs: {missing:?}\nused: {used:?}"
     );
 }
