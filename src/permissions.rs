@@ -50,7 +50,7 @@ impl Verb {
     }
 }
 
-use Verb::{Create, Delete, Get, List, Patch, Update, Watch};
+use Verb::{Create, Get, List, Patch, Update, Watch};
 
 /// One RBAC rule: some verbs on one resource of one API group, optionally
 /// only on the named objects. Owned strings, so that rules can also come
@@ -180,38 +180,10 @@ pub fn cluster_rules() -> Vec<Rule> {
     rules
 }
 
-// Replaced by the child table (src/controller/children.rs)
+/// The children's rules come from the child table (`controller::children`):
+/// a new child kind is granted by its row.
 fn child_rules() -> Vec<Rule> {
-    vec![
-        Rule::new(
-            "Child Deployment, written with server-side apply (field manager \
-             modelservice-operator).",
-            "apps",
-            "deployments",
-            &[Get, List, Watch, Create, Patch],
-        ),
-        Rule::new(
-            "Child Service, written with server-side apply.",
-            "",
-            "services",
-            &[Get, List, Watch, Create, Patch],
-        ),
-        Rule::new(
-            "Child HPA, written with server-side apply; deleted when \
-             spec.autoscaling is removed.",
-            "autoscaling",
-            "horizontalpodautoscalers",
-            &[Get, List, Watch, Create, Patch, Delete],
-        ),
-        Rule::new(
-            "KEDA's ScaledObject, with autoscaling.engine KEDA; deleted when the \
-             engine changes or autoscaling is removed. Discovery of keda.sh/v1alpha1 \
-             needs no permission.",
-            "keda.sh",
-            "scaledobjects",
-            &[Get, List, Watch, Create, Patch, Delete],
-        ),
-    ]
+    crate::controller::children::rules()
 }
 
 /// The ModelService CRD, by name: always a ClusterRole, as the CRD is

@@ -27,6 +27,7 @@ use super::context::{Cache, synced};
 use super::freshness::Freshness;
 use super::lean::Lean;
 use crate::api::keda::ScaledObject;
+use crate::permissions::{Rule, Verb};
 
 /// One row of the table.
 pub trait Child: 'static {
@@ -48,6 +49,8 @@ pub trait Child: 'static {
     /// spec): then the operator deletes the one it controls. Also grants the
     /// `delete` verb.
     const DELETED_WHEN_UNWANTED: bool;
+    /// Why the operator writes it: the comment on its RBAC rule.
+    const WHY: &'static str;
     /// Its cache among the [`Stores`] (written by [`child_table!`]).
     fn cache(stores: &Stores) -> &Cache<Cached<Self>>;
 }
@@ -58,6 +61,7 @@ pub type Cached<C> = Lean<<C as Child>::Object, <C as Child>::Status>;
 /// The Deployment: always there; its status says how the rollout goes.
 pub struct DeploymentChild;
 impl Child for DeploymentChild {
+    const WHY: &'static str = "the serving pods, with their GPU requests.";
     type Object = Deployment;
     type Status = DeploymentStatus;
     const OPTIONAL: bool = false;
@@ -70,6 +74,7 @@ impl Child for DeploymentChild {
 /// The Service: always there.
 pub struct ServiceChild;
 impl Child for ServiceChild {
+    const WHY: &'static str = "the stable in-cluster address of the model.";
     type Object = Service;
     type Status = IgnoredAny;
     const OPTIONAL: bool = false;
@@ -82,6 +87,8 @@ impl Child for ServiceChild {
 /// The HorizontalPodAutoscaler: with `autoscaling.engine: HPA`.
 pub struct HpaChild;
 impl Child for HpaChild {
+    const WHY: &'static str =
+        "With autoscaling.engine HPA; deleted when the engine changes or autoscaling is removed.";
     type Object = HorizontalPodAutoscaler;
     type Status = IgnoredAny;
     const OPTIONAL: bool = false;
@@ -95,6 +102,7 @@ impl Child for HpaChild {
 /// whether KEDA is scaling and whether the trigger works.
 pub struct ScaledObjectChild;
 impl Child for ScaledObjectChild {
+    const WHY: &'static str = "KEDA, with autoscaling.engine KEDA; deleted when the engine changes or autoscaling is removed. Discovering keda.sh/v1alpha1 needs no permission.";
     type Object = ScaledObject;
     type Status = serde_json::Value;
     const OPTIONAL: bool = true;
@@ -194,30 +202,29 @@ impl Stores {
     }
 }
 
-/// One RBAC rule a row needs: API group, resource (plural) and verbs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ChildRule {
-    pub api_group: String,
-    pub resource: String,
-    pub verbs: Vec<&'static str>,
-}
-
 /// The RBAC rules of every row, in table order: watch and cache (get, list,
-/// watch), server-side apply (create, patch), and delete where a stale one
-/// is deleted.
-pub fn rules() -> Vec<ChildRule> {
-    struct Rules(Vec<ChildRule>);
+/// watch), server-side apply (create, patch; field manager
+/// modelservice-operator), and delete where a stale one is deleted.
+pub fn rules() -> Vec<Rule> {
+    struct Rules(Vec<Rule>);
     impl ForEachChild for Rules {
         fn visit<C: Child>(&mut self) {
-            let mut verbs = vec!["get", "list", "watch", "create", "patch"];
+            let mut verbs = vec![
+                Verb::Get,
+                Verb::List,
+                Verb::Watch,
+                Verb::Create,
+                Verb::Patch,
+            ];
             if C::DELETED_WHEN_UNWANTED {
-                verbs.push("delete");
+                verbs.push(Verb::Delete);
             }
-            self.0.push(ChildRule {
-                api_group: C::Object::group(&()).into_owned(),
-                resource: C::Object::plural(&()).into_owned(),
-                verbs,
-            });
+            self.0.push(Rule::new(
+                format!("Child {}: {}", C::Object::kind(&()), C::WHY),
+                C::Object::group(&()),
+                C::Object::plural(&()),
+                &verbs,
+            ));
         }
     }
     let mut r = Rules(Vec::new());
@@ -255,9 +262,9 @@ mod tests {
                 "scaledobjects"
             ]
         );
-        assert!(by("deployments").is_some_and(|d| !d.verbs.contains(&"delete")));
-        assert!(by("services").is_some_and(|d| !d.verbs.contains(&"delete")));
-        assert!(by("horizontalpodautoscalers").is_some_and(|d| d.verbs.contains(&"delete")));
+        assert!(by("deployments").is_some_and(|d| !d.verbs.contains(&Verb::Delete)));
+        assert!(by("services").is_some_and(|d| !d.verbs.contains(&Verb::Delete)));
+        assert!(by("horizontalpodautoscalers").is_some_and(|d| d.verbs.contains(&Verb::Delete)));
         assert_eq!(
             by("scaledobjects").map(|d| d.api_group),
             Some("keda.sh".to_string())

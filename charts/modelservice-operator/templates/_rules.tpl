@@ -24,23 +24,22 @@ watchNamespace). Included by templates/rbac.yaml.
 - apiGroups: ["serving.modelservice.dev"]
   resources: ["modelservices/finalizers"]
   verbs: ["update"]
-# Child Deployment, written with server-side apply (field manager
-# modelservice-operator).
+# Child Deployment: the serving pods, with their GPU requests.
 - apiGroups: ["apps"]
   resources: ["deployments"]
   verbs: ["get", "list", "watch", "create", "patch"]
-# Child Service, written with server-side apply.
+# Child Service: the stable in-cluster address of the model.
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["get", "list", "watch", "create", "patch"]
-# Child HPA, written with server-side apply; deleted when spec.autoscaling is
-# removed.
+# Child HorizontalPodAutoscaler: With autoscaling.engine HPA; deleted when the
+# engine changes or autoscaling is removed.
 - apiGroups: ["autoscaling"]
   resources: ["horizontalpodautoscalers"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# KEDA's ScaledObject, with autoscaling.engine KEDA; deleted when the engine
-# changes or autoscaling is removed. Discovery of keda.sh/v1alpha1 needs no
-# permission.
+# Child ScaledObject: KEDA, with autoscaling.engine KEDA; deleted when the
+# engine changes or autoscaling is removed. Discovering keda.sh/v1alpha1 needs
+# no permission.
 - apiGroups: ["keda.sh"]
   resources: ["scaledobjects"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
