@@ -88,7 +88,7 @@ impl Child for ServiceChild {
 pub struct HpaChild;
 impl Child for HpaChild {
     const WHY: &'static str =
-        "With autoscaling.engine HPA; deleted when the engine changes or autoscaling is removed.";
+        "with autoscaling.engine HPA; deleted when the engine changes or autoscaling is removed.";
     type Object = HorizontalPodAutoscaler;
     type Status = IgnoredAny;
     const OPTIONAL: bool = false;

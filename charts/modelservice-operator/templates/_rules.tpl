@@ -32,7 +32,7 @@ watchNamespace). Included by templates/rbac.yaml.
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["get", "list", "watch", "create", "patch"]
-# Child HorizontalPodAutoscaler: With autoscaling.engine HPA; deleted when the
+# Child HorizontalPodAutoscaler: with autoscaling.engine HPA; deleted when the
 # engine changes or autoscaling is removed.
 - apiGroups: ["autoscaling"]
   resources: ["horizontalpodautoscalers"]
