@@ -153,6 +153,33 @@ pub fn object_key(namespace: &str, name: &str) -> String {
 }
 
 impl Context {
+    /// Everything a reconcile needs, with empty per-object memory. The
+    /// binary builds one in `runtime::run`; tests build one around a fake
+    /// API server's client and call `reconcile` directly.
+    pub fn new(
+        client: Client,
+        stores: Stores,
+        config: ControllerConfig,
+        metrics: Arc<Metrics>,
+        events: super::events::Events,
+        leadership: Leadership,
+    ) -> Self {
+        Self {
+            client,
+            stores,
+            config,
+            metrics,
+            events,
+            leadership,
+            reported_invalid: Default::default(),
+            applied: Default::default(),
+            verified: Default::default(),
+            finalized: Default::default(),
+            written_status: Default::default(),
+            failures: Default::default(),
+        }
+    }
+
     /// A reconcile of `namespace/name` succeeded: its error backoff starts
     /// again from the shortest delay. `readable`: it was a ModelService, so a
     /// report that it was unreadable no longer stands (an unreadable one

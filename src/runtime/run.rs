@@ -239,20 +239,14 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
     };
     let (events, publisher) = Events::new(client.clone(), reporter, metrics.clone());
     let publisher = tokio::spawn(publisher);
-    let ctx = Arc::new(Context {
-        client: client.clone(),
+    let ctx = Arc::new(Context::new(
+        client.clone(),
         stores,
-        config: cfg.controller.clone(),
-        metrics: metrics.clone(),
+        cfg.controller.clone(),
+        metrics.clone(),
         events,
         leadership,
-        reported_invalid: Default::default(),
-        failures: Default::default(),
-        applied: Default::default(),
-        verified: Default::default(),
-        finalized: Default::default(),
-        written_status: Default::default(),
-    });
+    ));
 
     let ms_stream = watches::watch(
         api::<Guarded<ModelService>>(&client, ns),

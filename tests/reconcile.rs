@@ -1,0 +1,338 @@
+//! `reconcile()` called in-process against the fake API server's client, as
+//! kube's controller-rs tests it: apply, report, the finalizer, deletion and
+//! the invalid-spec path, without spawning the binary. The e2e suite runs the
+//! same code inside the real binary, on both back ends.
+
+use std::sync::Arc;
+
+use fake_apiserver::FakeApiServer;
+use futures::future::BoxFuture;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::Reporter;
+use kube::runtime::reflector;
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use modelservice_operator::api::ModelService;
+use modelservice_operator::controller::children::{Cached, Child, ForEachWriter};
+use modelservice_operator::controller::events::Events;
+use modelservice_operator::controller::freshness::Freshness;
+use modelservice_operator::controller::guarded::Guarded;
+use modelservice_operator::controller::{
+    Context, ControllerConfig, FINALIZER, Leadership, Stores, reconcile,
+};
+use modelservice_operator::metrics::Metrics;
+use serde_json::json;
+
+const NS: &str = "ml";
+
+/// A cache's writer, filled by hand: the test plays the watch.
+trait Relist: Send {
+    /// Replaces the cache's content with what the API server has now.
+    fn relist<'a>(&'a mut self, client: &'a Client) -> BoxFuture<'a, ()>;
+}
+
+struct Typed<C: Child>(reflector::store::Writer<Cached<C>>);
+
+impl<C: Child> Relist for Typed<C> {
+    fn relist<'a>(&'a mut self, client: &'a Client) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            // An optional kind is not served by the fake: an empty list.
+            let items = if C::OPTIONAL {
+                Vec::new()
+            } else {
+                Api::<Cached<C>>::namespaced(client.clone(), NS)
+                    .list(&Default::default())
+                    .await
+                    .expect("list")
+                    .items
+            };
+            self.0.apply_watcher_event(&watcher::Event::Init);
+            for o in items {
+                self.0.apply_watcher_event(&watcher::Event::InitApply(o));
+            }
+            self.0.apply_watcher_event(&watcher::Event::InitDone);
+        })
+    }
+}
+
+/// Every cache's writer, kept so that the stores stay ready.
+struct Writers(Vec<Box<dyn Relist>>);
+
+impl ForEachWriter for Writers {
+    fn visit<C: Child>(
+        &mut self,
+        writer: reflector::store::Writer<Cached<C>>,
+        _fresh: Arc<Freshness>,
+    ) {
+        self.0.push(Box::new(Typed::<C>(writer)));
+    }
+}
+
+struct World {
+    _fake: FakeApiServer,
+    client: Client,
+    ctx: Arc<Context>,
+    writers: Writers,
+}
+
+async fn world(leader: bool) -> World {
+    let fake = FakeApiServer::builder().start().await;
+    let client = fake.client();
+    let ns: k8s_openapi::api::core::v1::Namespace = serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}),
+    )
+    .expect("namespace");
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(&Default::default(), &ns)
+        .await
+        .expect("create namespace");
+    let (stores, writers) = Stores::new();
+    let mut listed = Writers(Vec::new());
+    writers.each(&stores, &mut listed);
+    let metrics = Arc::new(Metrics::new().expect("metrics"));
+    let reporter = Reporter {
+        controller: "modelservice-operator".into(),
+        instance: Some("test".into()),
+    };
+    let (events, publisher) = Events::new(client.clone(), reporter, metrics.clone());
+    tokio::spawn(publisher);
+    let ctx = Context::new(
+        client.clone(),
+        stores,
+        ControllerConfig::default(),
+        metrics,
+        events,
+        Leadership::new(leader),
+    );
+    World {
+        _fake: fake,
+        client,
+        ctx: Arc::new(ctx),
+        writers: listed,
+    }
+    .synced()
+    .await
+}
+
+impl World {
+    /// The caches as the watches would have them now.
+    async fn synced(mut self) -> Self {
+        for w in &mut self.writers.0 {
+            w.relist(&self.client).await;
+        }
+        self
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), NS)
+    }
+
+    async fn create(&self, name: &str, spec: serde_json::Value) -> ModelService {
+        let ms = json!({"apiVersion": "serving.modelservice.dev/v1beta1", "kind": "ModelService",
+            "metadata": {"name": name, "namespace": NS}, "spec": spec});
+        self.api::<ModelService>()
+            .patch(
+                name,
+                &PatchParams::apply("test").force(),
+                &Patch::Apply(&ms),
+            )
+            .await
+            .expect("create ModelService")
+    }
+
+    async fn get(&self, name: &str) -> ModelService {
+        self.api::<ModelService>().get(name).await.expect("get")
+    }
+
+    async fn reconcile(&self, ms: ModelService) -> Action {
+        reconcile(Arc::new(Guarded(Ok(ms))), self.ctx.clone())
+            .await
+            .expect("reconcile")
+    }
+}
+
+fn spec() -> serde_json::Value {
+    json!({"model": {"name": "m"}, "runtime": {"image": "vllm/vllm-openai:v0.8.5"},
+        "replicas": 2, "resources": {"gpus": 1},
+        "autoscaling": {"minReplicas": 2, "maxReplicas": 4}})
+}
+
+fn condition(ms: &ModelService, t: &str) -> Option<(String, String)> {
+    ms.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == t)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+#[tokio::test]
+async fn one_reconcile_adds_the_finalizer_applies_every_child_and_reports() {
+    let w = world(true).await;
+    let ms = w.create("llama", spec()).await;
+    let action = w.reconcile(ms).await;
+    assert_eq!(
+        action,
+        Action::requeue(ControllerConfig::default().not_ready_requeue),
+        "not Ready yet: the short requeue"
+    );
+
+    let ms = w.get("llama").await;
+    assert!(ms.finalizers().contains(&FINALIZER.to_string()));
+    let dep = w
+        .api::<Deployment>()
+        .get("llama")
+        .await
+        .expect("Deployment");
+    let owner = &dep.metadata.owner_references.as_ref().expect("owned")[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.controller),
+        ("ModelService", Some(true))
+    );
+    let ours = dep
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .find(|m| m.manager.as_deref() == Some("modelservice-operator"))
+        .and_then(|m| m.fields_v1.as_ref())
+        .map(|f| f.0.to_string())
+        .expect("the operator's managed fields");
+    assert!(
+        !ours.contains("f:replicas"),
+        "the HPA owns replicas: {ours}"
+    );
+    w.api::<Service>().get("llama").await.expect("Service");
+    let hpa = w
+        .api::<HorizontalPodAutoscaler>()
+        .get("llama")
+        .await
+        .expect("HPA");
+    assert_eq!(hpa.spec.max_replicas, 4);
+
+    let status = ms.status.as_ref().expect("status");
+    assert_eq!(status.observed_generation, ms.metadata.generation);
+    assert_eq!(
+        condition(&ms, "Ready").map(|c| c.0),
+        Some("False".to_string())
+    );
+    assert_eq!(status.url.as_deref(), Some("http://llama.ml.svc:8000"));
+}
+
+#[tokio::test]
+async fn removing_autoscaling_deletes_the_hpa_it_made_and_only_that() {
+    let w = world(true).await;
+    let ms = w.create("m", spec()).await;
+    w.reconcile(ms).await;
+    let w = w.synced().await;
+    let mut s = spec();
+    if let Some(m) = s.as_object_mut() {
+        m.remove("autoscaling");
+    }
+    let ms = w.create("m", s).await;
+    w.reconcile(ms).await;
+    assert!(
+        w.api::<HorizontalPodAutoscaler>()
+            .get_opt("m")
+            .await
+            .expect("get")
+            .is_none(),
+        "the stale HPA is deleted"
+    );
+    let dep = w.api::<Deployment>().get("m").await.expect("Deployment");
+    assert_eq!(dep.spec.replicas, Some(2), "replicas are the spec's again");
+}
+
+#[tokio::test]
+async fn an_invalid_spec_is_a_status_condition_and_no_children() {
+    let w = world(true).await;
+    let mut s = spec();
+    s["resources"]["gpuResource"] = json!("not a resource name!");
+    let ms = w.create("bad", s).await;
+    w.reconcile(ms).await;
+    let ms = w.get("bad").await;
+    assert_eq!(
+        condition(&ms, "Degraded"),
+        Some(("True".into(), "InvalidSpec".into()))
+    );
+    assert!(
+        w.api::<Deployment>()
+            .get_opt("bad")
+            .await
+            .expect("get")
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn deletion_removes_the_finalizer_and_never_hangs() {
+    let w = world(true).await;
+    let ms = w.create("gone", spec()).await;
+    w.reconcile(ms).await;
+    w.api::<ModelService>()
+        .delete("gone", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let ms = w.get("gone").await;
+    assert!(
+        ms.metadata.deletion_timestamp.is_some(),
+        "held by the finalizer"
+    );
+    assert_eq!(w.reconcile(ms).await, Action::await_change());
+    assert!(
+        w.api::<ModelService>()
+            .get_opt("gone")
+            .await
+            .expect("get")
+            .is_none(),
+        "the finalizer was removed and the object went"
+    );
+}
+
+#[tokio::test]
+async fn a_standby_replica_writes_nothing() {
+    let w = world(false).await;
+    let ms = w.create("quiet", spec()).await;
+    assert_eq!(w.reconcile(ms).await, Action::await_change());
+    let ms = w.get("quiet").await;
+    assert!(ms.finalizers().is_empty());
+    assert!(ms.status.is_none());
+    assert!(
+        w.api::<Deployment>()
+            .get_opt("quiet")
+            .await
+            .expect("get")
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn keda_without_its_api_is_a_degraded_reason_and_the_model_still_serves() {
+    let w = world(true).await;
+    let mut s = spec();
+    s["autoscaling"] = json!({"engine": "KEDA", "minReplicas": 0, "maxReplicas": 3,
+        "prometheus": {"address": "http://prom:9090"}});
+    let ms = w.create("k", s).await;
+    w.reconcile(ms).await;
+    let ms = w.get("k").await;
+    assert_eq!(
+        condition(&ms, "Degraded"),
+        Some(("True".into(), "AutoscalerUnavailable".into()))
+    );
+    w.api::<Deployment>().get("k").await.expect("Deployment");
+    assert!(
+        w.api::<HorizontalPodAutoscaler>()
+            .get_opt("k")
+            .await
+            .expect("get")
+            .is_none(),
+        "no HPA stands in for KEDA"
+    );
+}
