@@ -178,6 +178,9 @@ pub fn apply_defaults(info: &ResourceInfo, obj: &mut Value, old: Option<&Value>)
                 set_default(spec, "minReplicas", json!(1));
             }
         }
+        ("apiextensions.k8s.io", "customresourcedefinitions") => {
+            crate::crds::apply_defaults(obj, old);
+        }
         ("", "namespaces") => {
             let name = meta::name(obj).to_string();
             let labels = meta::meta_mut(obj)

@@ -11,6 +11,7 @@
 
 mod convert;
 mod counts;
+mod crds;
 mod defaults;
 mod faults;
 mod gc;

@@ -27,6 +27,14 @@ impl std::fmt::Debug for Hook {
     }
 }
 
+/// Closures cannot be compared; the same hook is the same `Arc`, which is
+/// what tells a re-applied CRD (hook carried over) from a changed type.
+impl PartialEq for Hook {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
 /// Where the `/scale` subresource reads and writes its numbers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ScalePaths {
@@ -63,7 +71,7 @@ pub enum NameRule {
 }
 
 /// Everything the fake needs to know about one resource type.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ResourceInfo {
     /// API group, `""` for the core group.
     pub group: String,

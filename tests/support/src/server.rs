@@ -137,6 +137,7 @@ impl FakeApiServer {
             }
         }
         crate::gc::spawn(shared.clone());
+        crate::crds::spawn(shared.clone());
         let router = crate::http::router(shared.clone());
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
             .await

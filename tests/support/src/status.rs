@@ -229,6 +229,16 @@ impl ApiError {
         .with_details(json!({}))
     }
 
+    /// A create of a custom resource whose CRD is being deleted.
+    pub fn create_while_terminating(info: &ResourceInfo) -> Self {
+        Self::new(
+            405,
+            "MethodNotAllowed",
+            "create not allowed while custom resource definition is terminating",
+        )
+        .with_details(json!({"group": info.group, "kind": info.plural}))
+    }
+
     pub fn unsupported_media_type(content_type: &str) -> Self {
         Self::new(
             415,

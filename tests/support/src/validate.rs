@@ -179,14 +179,25 @@ pub fn validate_create(info: &ResourceInfo, obj: &Value) -> Vec<FieldError> {
     errs.extend(label_errors(obj));
     errs.extend(annotation_errors(obj));
     errs.extend(owner_ref_errors(obj));
+    errs.extend(type_errors(info, obj));
     errs
 }
 
+/// Checks of particular types, beyond metadata.
+fn type_errors(info: &ResourceInfo, obj: &Value) -> Vec<FieldError> {
+    if crate::crds::is_crd_type(&info.key()) {
+        crate::crds::validate(obj)
+    } else {
+        Vec::new()
+    }
+}
+
 /// Validation of a change to an existing object.
-pub fn validate_update(new: &Value, old: &Value) -> Vec<FieldError> {
+pub fn validate_update(info: &ResourceInfo, new: &Value, old: &Value) -> Vec<FieldError> {
     let mut errs = label_errors(new);
     errs.extend(annotation_errors(new));
     errs.extend(owner_ref_errors(new));
+    errs.extend(type_errors(info, new));
     if meta::is_deleting(old) {
         let before = meta::finalizers(old);
         let added: Vec<String> = meta::finalizers(new)

@@ -93,9 +93,10 @@ pub fn serve(path: &str, infos: &[ResourceInfo]) -> Option<Response> {
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1:6443"}],
         })),
         ["apis"] => {
+            // A CRD that serves no version puts nothing into discovery.
             let groups: BTreeSet<&str> = infos
                 .iter()
-                .filter(|i| !i.group.is_empty())
+                .filter(|i| !i.group.is_empty() && !i.versions.is_empty())
                 .map(|i| i.group.as_str())
                 .collect();
             let list: Vec<Value> = groups.iter().map(|g| group_entry(g, infos)).collect();
@@ -121,7 +122,10 @@ pub fn serve(path: &str, infos: &[ResourceInfo]) -> Option<Response> {
             )
         }
         ["apis", g] => {
-            if !infos.iter().any(|i| i.group == *g) {
+            if !infos
+                .iter()
+                .any(|i| i.group == *g && !i.versions.is_empty())
+            {
                 return Some(page_not_found());
             }
             let mut group = group_entry(g, infos);

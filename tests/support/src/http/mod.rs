@@ -285,6 +285,7 @@ fn dispatch(
             Ok(watch::serve(shared.clone(), ctx, filter, params))
         }
         Verb::Create => {
+            crate::crds::check_create(&shared.lock(), &info)?;
             let obj = parse_body(body)?;
             let created = create(&mut shared.lock(), &ctx, obj, Ownership::Creator)?;
             Ok(object_response(StatusCode::CREATED, &created))

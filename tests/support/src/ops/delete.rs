@@ -134,6 +134,14 @@ pub fn delete_object(
     if meta::is_deleting(&current) {
         return Ok(Deleted::Terminating(current));
     }
+    if crate::crds::is_crd_type(&key.res) {
+        return Ok(Deleted::Terminating(crate::crds::begin_delete(
+            store,
+            key,
+            &current,
+            opts.dry_run,
+        )));
+    }
     if opts.dry_run {
         return Ok(Deleted::Removed(current));
     }

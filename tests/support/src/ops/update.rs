@@ -139,7 +139,7 @@ pub fn finish_update(
     if ctx.sub == Sub::Main {
         apply_defaults(&info, &mut new, Some(old));
     }
-    let errors = validate_update(&new, old);
+    let errors = validate_update(&info, &new, old);
     if !errors.is_empty() {
         return Err(ApiError::invalid(&info, &name, &errors));
     }

@@ -9,7 +9,7 @@
 mod event;
 mod write;
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -95,6 +95,9 @@ pub struct Store {
     pub gc_wake: Arc<Notify>,
     pub changes: broadcast::Sender<ChangeEvent>,
     pub history_limit: usize,
+    /// Names of CRDs whose type the CRD controller must bring in line.
+    pub crds_pending: BTreeSet<String>,
+    pub crd_wake: Arc<Notify>,
 }
 
 impl Store {
@@ -108,6 +111,8 @@ impl Store {
             gc_wake,
             changes: broadcast::channel(WATCH_BUFFER).0,
             history_limit,
+            crds_pending: BTreeSet::new(),
+            crd_wake: Arc::new(Notify::new()),
         };
         for info in resources {
             store.install(info);

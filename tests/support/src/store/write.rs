@@ -47,6 +47,7 @@ impl Store {
         };
         self.reindex(key, prev.as_deref(), Some(&obj));
         self.emit(key, kind, obj.clone(), prev, rv);
+        crate::crds::note_write(self, key);
         obj
     }
 
@@ -64,6 +65,7 @@ impl Store {
             .remove(&(key.namespace.clone(), key.name.clone()));
         self.reindex(key, prev.as_deref(), None);
         self.emit(key, EventType::Deleted, last.clone(), prev, rv);
+        crate::crds::note_write(self, key);
         last
     }
 

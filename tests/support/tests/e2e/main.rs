@@ -3,6 +3,7 @@
 //! One test binary (modules below) keeps link time down.
 
 mod controller;
+mod crds;
 mod crud;
 mod faults;
 mod finalizers;
