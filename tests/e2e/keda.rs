@@ -89,15 +89,21 @@ async fn keda_replaces_the_hpa_scales_to_zero_and_hands_back_without_a_fight() {
     let _op = env.operator().arg("--discovery-interval").arg("1s").start();
     let name = "kedaswitch";
 
-    // HPA first, at 3 replicas.
+    // 3 replicas from the spec, then the HPA takes them over (neither
+    // back end runs an HPA controller that would scale on a metric).
     let hpa_scaling = json!({"minReplicas": 3, "maxReplicas": 6, "targetQueueLength": 4});
-    env.apply_ms_v1beta1(name, keda_spec(3, hpa_scaling.clone()))
-        .await;
-    wait_for("the HPA", CONVERGE, || hpa(&env, name)).await;
+    let mut fixed = keda_spec(3, Value::Null);
+    if let Some(m) = fixed.as_object_mut() {
+        m.remove("autoscaling");
+    }
+    env.apply_ms_v1beta1(name, fixed).await;
     wait_for("3 replicas", CONVERGE, || async {
         (deployment(&env, name).await?.spec.replicas == Some(3)).then_some(())
     })
     .await;
+    env.apply_ms_v1beta1(name, keda_spec(3, hpa_scaling.clone()))
+        .await;
+    wait_for("the HPA", CONVERGE, || hpa(&env, name)).await;
 
     // HPA → KEDA: the HPA goes before the ScaledObject comes, at 3 replicas.
     env.apply_ms_v1beta1(name, keda_spec(3, keda(0, 6))).await;
