@@ -32,27 +32,34 @@ async fn a_v1beta1_only_field_survives_a_v1alpha1_read_and_update_by_another_cli
     .await
     .expect("apply v1beta1");
 
-    // Another client, written against v1alpha1, reads and updates it.
-    let mut old = alpha.get("sg").await.expect("read as v1alpha1");
-    let old_json = serde_json::to_value(&old).expect("json");
-    assert_eq!(old_json["spec"]["model"], "Qwen/Qwen2.5-7B-Instruct");
-    assert_eq!(old_json["spec"]["port"], 30000);
-    assert!(
+    // Another client, written against v1alpha1, reads and updates it, and
+    // like any client that updates, retries a conflict (the operator writes
+    // the object too: its finalizer and status).
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let mut old = alpha.get("sg").await.expect("read as v1alpha1");
+        let old_json = serde_json::to_value(&old).expect("json");
+        assert_eq!(old_json["spec"]["model"], "Qwen/Qwen2.5-7B-Instruct");
+        assert_eq!(old_json["spec"]["port"], 30000);
+        assert!(
+            old.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(FIELDS_ANNOTATION)),
+            "the v1beta1-only field waits in the annotation: {old_json}"
+        );
+        old.data["spec"]["args"] = json!(["--mem-fraction-static", "0.8"]);
         old.metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(FIELDS_ANNOTATION)),
-        "the v1beta1-only field waits in the annotation: {old_json}"
-    );
-    old.data["spec"]["args"] = json!(["--mem-fraction-static", "0.8"]);
-    old.metadata
-        .labels
-        .get_or_insert_with(Default::default)
-        .insert("team".into(), "search".into());
-    alpha
-        .replace("sg", &PostParams::default(), &old)
-        .await
-        .expect("update as v1alpha1");
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert("team".into(), "search".into());
+        match alpha.replace("sg", &PostParams::default(), &old).await {
+            Ok(_) => break,
+            Err(kube::Error::Api(e)) if e.code == 409 && attempts < 20 => continue,
+            Err(e) => panic!("update as v1alpha1: {e}"),
+        }
+    }
 
     let now = serde_json::to_value(beta.get("sg").await.expect("read as v1beta1")).expect("json");
     assert_eq!(now["spec"]["runtime"]["preset"], "sglang", "{now}");
