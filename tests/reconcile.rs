@@ -336,3 +336,19 @@ async fn keda_without_its_api_is_a_degraded_reason_and_the_model_still_serves() 
         "no HPA stands in for KEDA"
     );
 }
+
+#[tokio::test]
+async fn a_deleted_object_leaves_nothing_behind_in_memory() {
+    let w = world(true).await;
+    let ms = w.create("memo", spec()).await;
+    w.reconcile(ms).await;
+    assert!(
+        !w.ctx.applied.is_empty() && !w.ctx.written_status.is_empty(),
+        "a reconcile remembers its writes until the caches show them"
+    );
+    // The path a watch's deletion event takes (no cleanup ran).
+    w.ctx.forget_object(NS, "memo");
+    assert!(w.ctx.applied.is_empty(), "children's applies forgotten");
+    assert!(w.ctx.written_status.is_empty(), "status forgotten");
+    assert!(w.ctx.finalized.is_empty(), "finalizer patch forgotten");
+}

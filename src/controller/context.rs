@@ -191,9 +191,15 @@ impl Context {
         }
     }
 
-    /// The ModelService is gone (its watch delivered the deletion): nothing
-    /// kept per object may outlive it, whether or not a cleanup ran.
+    /// The ModelService is gone (its watch delivered the deletion), or its
+    /// cleanup runs: nothing kept per object may outlive it, whether or not
+    /// a cleanup ran. Every per-object table is forgotten here, in one place.
     pub fn forget_object(&self, namespace: &str, name: &str) {
         self.succeeded(namespace, name, true);
+        let key = super::recent::key("ModelService", namespace, name);
+        self.written_status.forget(&key);
+        self.finalized.forget(&key);
+        super::apply::forget(self, namespace, name);
+        self.metrics.forget(namespace, name);
     }
 }

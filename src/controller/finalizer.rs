@@ -88,11 +88,6 @@ pub async fn ensure(
     Ok(patched)
 }
 
-/// Forgets our finalizer patch of a deleted ModelService.
-pub fn forget(ctx: &Context, ms: &ModelService) {
-    ctx.finalized.forget(&recent::key_of(ms));
-}
-
 #[cfg(test)]
 mod tests {
     use super::add_patch;

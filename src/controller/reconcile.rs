@@ -254,10 +254,7 @@ async fn report_status(
 async fn cleanup(ms: &ModelService, ctx: &Context) -> Result<Action, Error> {
     let ns = ms.namespace().unwrap_or_default();
     let name = ms.name_any();
-    ctx.metrics.forget(&ns, &name);
-    report::forget(ctx, ms);
-    apply::forget(ctx, &ns, &name);
-    super::finalizer::forget(ctx, ms);
+    ctx.forget_object(&ns, &name);
     let reference: ObjectReference = ms.object_ref(&());
     ctx.events.publish(
         &reference,

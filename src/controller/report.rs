@@ -66,11 +66,6 @@ pub fn effective_status(ctx: &Context, ms: &ModelService) -> Option<ModelService
         .or_else(|| ms.status.clone())
 }
 
-/// Forgets our remembered status write of a deleted ModelService.
-pub fn forget(ctx: &Context, ms: &ModelService) {
-    ctx.written_status.forget(&recent::key_of(ms));
-}
-
 /// A merge patch that sets every status field, with explicit nulls for the
 /// ones that are now unset (a merge patch leaves absent keys alone).
 pub fn status_patch(new: &ModelServiceStatus) -> Result<Value, Error> {
