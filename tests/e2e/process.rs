@@ -136,11 +136,32 @@ fn crd_prints_the_committed_crd() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_crd_is_waited_for_then_reported() {
+    const CRD_NAME: &str = "modelservices.serving.modelservice.dev";
     if !needs_fake("a_missing_crd_is_waited_for_then_reported") {
         return;
     }
     let env = Env::new().await;
-    env.fake().uninstall_resource("modelservices");
+    // Deleted through the API, as on a real server: the CRD object goes with
+    // its type. (Removing only the type would leave a CRD that the
+    // operator's webhook maintenance patches, which serves the type again.)
+    let crds: kube::Api<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    > = kube::Api::all(env.client.clone());
+    crds.delete(CRD_NAME, &Default::default())
+        .await
+        .expect("delete the CRD");
+    crate::harness::wait_for("the CRD to be gone", Duration::from_secs(30), || {
+        let crds = crds.clone();
+        async move {
+            crds.get_opt(CRD_NAME)
+                .await
+                .ok()
+                .flatten()
+                .is_none()
+                .then_some(())
+        }
+    })
+    .await;
     let mut op = env.operator().arg("--startup-timeout").arg("3s").start();
     let status = op.exited(Duration::from_secs(30)).await;
     assert!(!status.success());
