@@ -197,50 +197,100 @@ fn keda_fields() -> impl Strategy<Value = KedaFields> {
     )
 }
 
-fn beta_spec() -> impl Strategy<Value = api::ModelServiceSpec> {
-    (alpha_spec(), preset(), keda_fields()).prop_map(|(a, preset, keda)| api::ModelServiceSpec {
-        model: api::Model {
-            name: a.model,
-            version: a.model_version,
-        },
-        runtime: api::Runtime {
-            image: a.image,
-            preset,
-            args: a.args,
-            env: a.env,
-            port: a.port,
-        },
-        replicas: a.replicas,
-        resources: api::Resources {
-            gpus: a.gpus,
-            gpu_resource: a.gpu_resource,
-            cpu: a.resources.as_ref().and_then(|r| r.cpu.clone()),
-            memory: a.resources.and_then(|r| r.memory),
-        },
-        scheduling: api::Scheduling {
-            node_selector: a.node_selector,
-            tolerations: a.tolerations,
-        },
-        rollout: api::Rollout {
-            strategy: a.strategy,
-        },
-        autoscaling: a.autoscaling.map(|x| api::Autoscaling {
-            engine: keda.0,
-            // Scale to zero, with KEDA, in some cases.
-            min_replicas: if keda.0 == Some(api::Engine::Keda) && x.min_replicas % 2 == 0 {
-                0
-            } else {
-                x.min_replicas
+/// The version-strategy fields, all v1beta1-only: surge, canary, route.
+fn version_strategy()
+-> impl Strategy<Value = (Option<api::Surge>, Option<api::Canary>, Option<api::Route>)> {
+    let canary = (
+        proptest::option::of("[0-9-]{1,10}"),
+        proptest::option::of("[a-z]{1,8}:v[0-9]"),
+        proptest::option::of(prop::collection::vec("--[a-z]{1,6}", 0..3)),
+        proptest::option::of(env()),
+        1..=5i32,
+        0..=100i32,
+    )
+        .prop_map(
+            |(version, image, args, env, replicas, weight)| api::Canary {
+                model: version.map(|v| api::CanaryModel { version: Some(v) }),
+                runtime: (image.is_some() || args.is_some() || env.is_some())
+                    .then_some(api::CanaryRuntime { image, args, env }),
+                replicas,
+                weight,
             },
-            max_replicas: x.max_replicas,
-            target_queue_length: x.target_queue_length,
-            metric: x.metric,
-            prometheus: keda.1.map(|address| api::PrometheusSource { address }),
-            activation_queue_length: keda.2,
-            cooldown_seconds: keda.3,
-            polling_seconds: keda.4,
-        }),
-    })
+        );
+    let route = (
+        "[a-z]{1,8}",
+        proptest::option::of("[a-z]{1,8}"),
+        prop::collection::vec("[a-z]{1,8}\\.example", 0..3),
+        prop_oneof![Just("/"), Just("/v1")],
+    )
+        .prop_map(|(gw, ns, hostnames, path)| api::Route {
+            parent_refs: vec![api::ParentReference {
+                name: gw,
+                namespace: ns,
+                section_name: None,
+                port: None,
+                group: None,
+                kind: None,
+            }],
+            hostnames,
+            path: path.to_string(),
+        });
+    (
+        proptest::option::of(prop_oneof![Just(api::Surge::Auto), Just(api::Surge::Never)]),
+        proptest::option::of(canary),
+        proptest::option::of(route),
+    )
+}
+
+fn beta_spec() -> impl Strategy<Value = api::ModelServiceSpec> {
+    (alpha_spec(), preset(), keda_fields(), version_strategy()).prop_map(
+        |(a, preset, keda, (surge, canary, route))| api::ModelServiceSpec {
+            model: api::Model {
+                name: a.model,
+                version: a.model_version,
+            },
+            runtime: api::Runtime {
+                image: a.image,
+                preset,
+                args: a.args,
+                env: a.env,
+                port: a.port,
+            },
+            replicas: a.replicas,
+            resources: api::Resources {
+                gpus: a.gpus,
+                gpu_resource: a.gpu_resource,
+                cpu: a.resources.as_ref().and_then(|r| r.cpu.clone()),
+                memory: a.resources.and_then(|r| r.memory),
+            },
+            scheduling: api::Scheduling {
+                node_selector: a.node_selector,
+                tolerations: a.tolerations,
+            },
+            rollout: api::Rollout {
+                strategy: a.strategy,
+                surge,
+                canary,
+            },
+            route,
+            autoscaling: a.autoscaling.map(|x| api::Autoscaling {
+                engine: keda.0,
+                // Scale to zero, with KEDA, in some cases.
+                min_replicas: if keda.0 == Some(api::Engine::Keda) && x.min_replicas % 2 == 0 {
+                    0
+                } else {
+                    x.min_replicas
+                },
+                max_replicas: x.max_replicas,
+                target_queue_length: x.target_queue_length,
+                metric: x.metric,
+                prometheus: keda.1.map(|address| api::PrometheusSource { address }),
+                activation_queue_length: keda.2,
+                cooldown_seconds: keda.3,
+                polling_seconds: keda.4,
+            }),
+        },
+    )
 }
 
 fn object(api_version: &str, spec: Value, metadata: Value, status: Option<Value>) -> Value {
@@ -265,6 +315,7 @@ proptest! {
         prop_assert!(beta["metadata"]["annotations"].get(FIELDS_ANNOTATION).is_none());
         let typed: api::ModelService = serde_json::from_value(beta.clone()).expect("a v1beta1 object");
         prop_assert_eq!(typed.spec.runtime.preset, None, "v1alpha1 reads as the v1alpha1 command line");
+        prop_assert_eq!(typed.spec.rollout.surge, Some(api::Surge::Never), "v1alpha1 never surges");
         prop_assert_eq!(convert(beta, V1ALPHA1), alpha);
     }
 
@@ -274,7 +325,12 @@ proptest! {
         let alpha = convert(beta.clone(), V1ALPHA1);
         let typed: v1alpha1::ModelService = serde_json::from_value(alpha.clone()).expect("a v1alpha1 object");
         prop_assert_eq!(&typed.spec.image, &spec.runtime.image);
+        // Surge Never is what v1alpha1 means; unset (the default, Auto)
+        // is kept, as null.
         let beta_only = spec.runtime.preset.is_some()
+            || spec.rollout.surge != Some(api::Surge::Never)
+            || spec.rollout.canary.is_some()
+            || spec.route.is_some()
             || spec.autoscaling.as_ref().is_some_and(|a| {
                 a.engine.is_some()
                     || a.prometheus.is_some()
@@ -306,7 +362,8 @@ fn a_v1beta1_only_field_waits_in_the_annotation_and_comes_back() {
     let alpha = convert(sglang(), V1ALPHA1);
     assert_eq!(
         alpha["metadata"]["annotations"][FIELDS_ANNOTATION],
-        r#"{"runtime":{"preset":"sglang"}}"#
+        r#"{"rollout":{"surge":null},"runtime":{"preset":"sglang"}}"#,
+        "surge unset (Auto) is kept as null: v1alpha1 itself means Never"
     );
     assert_eq!(alpha["spec"], json!({"model": "qwen", "image": "sglang:1"}));
     let back = convert(alpha, V1BETA1);
@@ -354,7 +411,7 @@ fn scale_to_zero_reads_as_one_in_v1alpha1_and_comes_back_as_zero() {
     assert_eq!(alpha["spec"]["autoscaling"]["minReplicas"], 1);
     assert_eq!(
         alpha["metadata"]["annotations"][FIELDS_ANNOTATION],
-        r#"{"autoscaling":{"engine":"KEDA","minReplicas":0},"runtime":{"preset":"sglang"}}"#
+        r#"{"autoscaling":{"engine":"KEDA","minReplicas":0},"rollout":{"surge":null},"runtime":{"preset":"sglang"}}"#
     );
     assert_eq!(convert(alpha, V1BETA1), scaled_to_zero());
 }
@@ -386,7 +443,24 @@ fn odd_stored_objects_still_convert() {
     assert_eq!(beta["spec"]["resources"]["gpus"], "two");
     let no_spec =
         json!({"apiVersion": V1ALPHA1, "kind": "ModelService", "metadata": {"name": "m"}});
-    assert_eq!(convert(no_spec, V1BETA1)["spec"], json!({}));
+    assert_eq!(
+        convert(no_spec, V1BETA1)["spec"],
+        json!({"rollout": {"surge": "Never"}})
+    );
+}
+
+#[test]
+fn a_v1alpha1_object_never_surges_and_a_v1beta1_surge_policy_survives_v1alpha1() {
+    let alpha = json!({"apiVersion": V1ALPHA1, "kind": "ModelService", "metadata": {"name": "m"},
+        "spec": {"model": "m", "image": "i"}});
+    let beta = convert(alpha.clone(), V1BETA1);
+    assert_eq!(beta["spec"]["rollout"], json!({"surge": "Never"}));
+    assert_eq!(convert(beta, V1ALPHA1), alpha, "Never is what v1alpha1 means");
+    for surge in [json!("Auto"), json!("Never")] {
+        let mut b = sglang();
+        b["spec"]["rollout"] = json!({"surge": surge});
+        assert_eq!(convert(convert(b.clone(), V1ALPHA1), V1BETA1), b);
+    }
 }
 
 #[test]

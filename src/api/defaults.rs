@@ -29,3 +29,12 @@ pub(super) fn default_target_queue_length() -> i32 {
 pub(super) fn default_metric() -> String {
     DEFAULT_METRIC.to_string()
 }
+pub(super) fn default_canary_replicas() -> i32 {
+    1
+}
+pub(super) fn default_canary_weight() -> i32 {
+    10
+}
+pub(super) fn default_route_path() -> String {
+    "/".to_string()
+}

@@ -19,8 +19,12 @@ pub use crd::{
     CRD_FILE, CRD_NAME, DEPRECATION_WARNING, GROUP, STORAGE_VERSION, WEBHOOK_PATH, crd, crd_yaml,
 };
 pub use defaults::{DEFAULT_GPU_RESOURCE, DEFAULT_METRIC, DEFAULT_PORT};
-pub use status::{AutoscalerStatus, ModelServiceStatus, condition_types};
+pub use status::{
+    AutoscalerStatus, ModelServiceStatus, RouteParentStatus, RouteStatus, TrackStatus,
+    TracksStatus, condition_types,
+};
 pub use v1beta1::{
-    Autoscaling, Engine, Model, ModelService, ModelServiceSpec, Preset, PrometheusSource,
-    Resources, Rollout, RolloutStrategy, Runtime, Scheduling,
+    Autoscaling, Canary, CanaryModel, CanaryRuntime, Engine, Model, ModelService, ModelServiceSpec,
+    ParentReference, Preset, PrometheusSource, Resources, Rollout, RolloutStrategy, Route, Runtime,
+    Scheduling, Surge,
 };

@@ -30,6 +30,69 @@ pub struct ModelServiceStatus {
     /// The autoscaler as it reports itself, with autoscaling.engine KEDA: whether KEDA's ScaledObject is Ready (its trigger works) and Active (scaling above zero).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaler: Option<AutoscalerStatus>,
+    /// The stable and canary tracks, while rollout.canary is set: pods, ready pods and the weight each gets on the route.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracks: Option<TracksStatus>,
+    /// The HTTPRoute, while route is set: whether Gateway API is installed and whether each Gateway accepted it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<RouteStatus>,
+}
+
+/// Both tracks of a canary rollout.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TracksStatus {
+    /// The stable Deployment <name>.
+    pub stable: TrackStatus,
+    /// The canary Deployment <name>-canary.
+    pub canary: TrackStatus,
+}
+
+/// One track.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TrackStatus {
+    /// Its pods.
+    pub replicas: i32,
+    /// Its pods that are ready to serve.
+    pub ready_replicas: i32,
+    /// The percent of the route's traffic it gets now (set only with route): 0 while it has no ready pod or is rolled back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<i32>,
+}
+
+/// The HTTPRoute as its Gateways see it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteStatus {
+    /// The HTTPRoute's name.
+    pub name: String,
+    /// True when every parent Gateway accepted the route; False when one refused it; unset until they report, or without Gateway API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted: Option<bool>,
+    /// Why the route is not (yet) serving, when it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// What each parent Gateway reported (the HTTPRoute's status.parents): its Accepted and ResolvedRefs conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parents: Vec<RouteParentStatus>,
+}
+
+/// One parent Gateway's view of the route.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteParentStatus {
+    /// The parent, as namespace/name (and /section when set).
+    pub parent: String,
+    /// The status of its Accepted condition (True, False or Unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted: Option<String>,
+    /// The reason of its Accepted condition, or of ResolvedRefs when that is False.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Its message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// What the autoscaler says of itself.
@@ -57,4 +120,6 @@ pub mod condition_types {
     pub const PROGRESSING: &str = "Progressing";
     /// True when something needs a human (GPU shortage, image pull failure, invalid spec...).
     pub const DEGRADED: &str = "Degraded";
+    /// With rollout.canary: False when the canary is rolled back (and why), True while it serves.
+    pub const CANARY_HEALTHY: &str = "CanaryHealthy";
 }

@@ -18,8 +18,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use super::defaults::{
-    default_gpu_resource, default_gpus, default_metric, default_min_replicas, default_port,
-    default_replicas, default_target_queue_length,
+    default_canary_replicas, default_canary_weight, default_gpu_resource, default_gpus,
+    default_metric, default_min_replicas, default_port, default_replicas, default_route_path,
+    default_target_queue_length,
 };
 use super::status::ModelServiceStatus;
 
@@ -107,6 +108,10 @@ pub struct ModelServiceSpec {
     /// How a new spec replaces running pods.
     #[serde(default)]
     pub rollout: Rollout,
+
+    /// Expose the model through a Gateway API HTTPRoute with the same name. With rollout.canary the route splits traffic between the stable and canary tracks by weight, and only to a track with ready pods. Without Gateway API in the cluster, status says so and nothing else changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<Route>,
 
     /// Scale the replica count on the serving runtime's request queue. When set, a HorizontalPodAutoscaler owns the replica count and spec.replicas is ignored; when removed, the HPA is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -223,9 +228,114 @@ impl Scheduling {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Rollout {
-    /// RollingUpdate replaces one pod at a time without surge pods (a surge pod needs GPUs that are usually not free); Recreate stops all pods first.
+    /// RollingUpdate replaces one pod at a time; Recreate stops all pods first.
     #[serde(default)]
     pub strategy: RolloutStrategy,
+
+    /// With RollingUpdate: Auto (the default) surges when the cluster has room for one more replica as the rollout starts (maxSurge 1, maxUnavailable 0: no downtime), and replaces otherwise (maxSurge 0, maxUnavailable 1). The choice is made once per pod template and stated in the Progressing condition. Never always replaces. Objects written in v1alpha1 read as Never, which is what v1alpha1 does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub surge: Option<Surge>,
+
+    /// A second version beside the stable one: a Deployment <name>-canary with these overrides, which the Service <name> also selects. Removing it removes the canary (a manual rollback); promotion is moving its overrides into the spec and removing it. A canary that crash-loops, cannot pull its image or misses its progress deadline is rolled back by the operator (0 replicas, weight 0) until its spec changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<Canary>,
+}
+
+/// Whether a rolling update may run one pod above the replica count.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Surge {
+    /// Surge when a node has the GPUs for one more replica as the rollout starts; replace otherwise.
+    #[default]
+    Auto,
+    /// Always replace: never more pods than replicas.
+    Never,
+}
+
+/// The canary track: any subset of these overrides the stable spec.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Canary {
+    /// The canary's model revision (model.version for the canary pods).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<CanaryModel>,
+    /// The canary's image, arguments and environment; each one given replaces the stable one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<CanaryRuntime>,
+    /// Canary pods. Default 1.
+    #[serde(default = "default_canary_replicas")]
+    #[schemars(range(min = 1, max = 100))]
+    pub replicas: i32,
+    /// Percent of the route's traffic for the canary while both tracks have ready pods; the stable track gets the rest. Only with route. Default 10.
+    #[serde(default = "default_canary_weight")]
+    #[schemars(range(min = 0, max = 100))]
+    pub weight: i32,
+}
+
+/// The canary's model revision.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryModel {
+    /// The revision the canary serves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+/// The canary's runtime overrides.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryRuntime {
+    /// The canary's image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub image: Option<String>,
+    /// The canary's extra arguments, replacing runtime.args.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Vec<String>>,
+    /// The canary's environment, replacing runtime.env.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<Vec<EnvVar>>,
+}
+
+/// Exposure through a Gateway API HTTPRoute.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Route {
+    /// The Gateways (or their listeners) the route attaches to.
+    #[schemars(length(min = 1, max = 32))]
+    pub parent_refs: Vec<ParentReference>,
+    /// Host names the route answers for; none means every host of the Gateway.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub hostnames: Vec<String>,
+    /// The path prefix routed to the model. Default /.
+    #[serde(default = "default_route_path")]
+    #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/"))]
+    pub path: String,
+}
+
+/// A Gateway (or one of its listeners), as Gateway API's parentRefs name it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ParentReference {
+    /// The Gateway's name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Its namespace; default the ModelService's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The listener's name on that Gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
+    /// The listener's port on that Gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: Option<i32>,
+    /// The parent's API group; default gateway.networking.k8s.io.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// The parent's kind; default Gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
 }
 
 /// How pods are replaced when the spec changes.
@@ -298,6 +408,13 @@ pub struct PrometheusSource {
     /// The Prometheus server's URL, for example http://prometheus.monitoring:9090.
     #[schemars(length(min = 1))]
     pub address: String,
+}
+
+impl Rollout {
+    /// The surge policy in effect (Auto when unset).
+    pub fn surge(&self) -> Surge {
+        self.surge.unwrap_or_default()
+    }
 }
 
 impl Autoscaling {

@@ -66,6 +66,14 @@ const OPTIONAL_PARENTS: &[&str] = &["autoscaling"];
 /// v1alpha1 value is still that floor: a v1alpha1 edit of the field wins.
 const NARROWED: &[(&[&str], i64)] = &[(&["autoscaling", "minReplicas"], 1)];
 
+/// v1beta1 fields whose value is fixed in v1alpha1, which cannot express
+/// them: `rollout.surge` is Never there (v1alpha1 always replaces). So a
+/// v1alpha1 object reads with that value, and the value is not kept when an
+/// object goes to v1alpha1. Any other value, or the field's absence (which
+/// in v1beta1 means the default, not the v1alpha1 value), waits in the
+/// annotation, absence as `null`, so both round trips are the identity.
+const IMPLIED: &[(&[&str], &str)] = &[(&["rollout", "surge"], "Never")];
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConversionError {
     #[error("cannot convert to {0:?}: this operator serves {V1ALPHA1} and {V1BETA1}")]
@@ -137,6 +145,14 @@ fn to_v1beta1(
             put(&mut beta, to, v);
         }
     }
+    let mut stash = stash;
+    for (path, implied) in IMPLIED {
+        match stash.as_mut().and_then(|s| take(s, path)) {
+            Some(Value::Null) => {}
+            Some(kept) => put(&mut beta, path, kept),
+            None => put(&mut beta, path, Value::from(*implied)),
+        }
+    }
     if let Some(mut stash) = stash {
         for (path, floor) in NARROWED {
             let Some(real) = take(&mut stash, path) else {
@@ -162,6 +178,15 @@ fn to_v1alpha1(mut beta: Map<String, Value>) -> (Map<String, Value>, Option<Map<
         if let Some(v) = get(&beta, path).filter(|v| v.as_i64().is_some_and(|n| n < *floor)) {
             put(&mut narrowed, path, v.clone());
             put(&mut beta, path, Value::from(*floor));
+        }
+    }
+    for (path, implied) in IMPLIED {
+        match get(&beta, path) {
+            Some(v) if v.as_str() == Some(*implied) => {
+                take(&mut beta, path);
+            }
+            Some(_) => {}
+            None => put(&mut narrowed, path, Value::Null),
         }
     }
     let mut alpha = Map::new();

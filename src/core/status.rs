@@ -248,6 +248,8 @@ pub fn compute(
             now,
         ),
         autoscaler: o.autoscaler.map(|k| k.report()),
+        tracks: None,
+        route: None,
     }
 }
 

@@ -43,7 +43,8 @@ mod tests {
         assert_eq!(
             docs[0].value,
             serde_json::json!({"apiVersion": V1BETA1, "kind": "ModelService", "metadata": {"name": "m"},
-                "spec": {"model": {"name": "llama"}, "runtime": {"image": "vllm:1"}, "resources": {"gpus": 2}}})
+                "spec": {"model": {"name": "llama"}, "runtime": {"image": "vllm:1"}, "resources": {"gpus": 2},
+                    "rollout": {"surge": "Never"}}})
         );
         assert_eq!(docs[1].value["data"]["k"], "v");
     }

@@ -480,6 +480,20 @@ impl Operator {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Waits until `series` reads `value` on /metrics; on timeout the panic
+    /// carries this operator's log, which is what explains a stall.
+    pub async fn await_metric(&self, series: &str, value: f64, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.metric(series) != Some(value) {
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {timeout:?} waiting for {series} = {value}; log:\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// The value of an unlabelled or fully-labelled sample on /metrics.
     pub fn metric(&self, series: &str) -> Option<f64> {
         let (_, body) = self.get("/metrics")?;

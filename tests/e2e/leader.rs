@@ -52,10 +52,9 @@ async fn only_the_leader_writes_and_sigterm_hands_over_at_once() {
     let t = Instant::now();
     leader.signal("TERM");
     assert_eq!(leader.exited(Duration::from_secs(20)).await.code(), Some(0));
-    wait_for("the standby to take over", CONVERGE, || async {
-        (standby.metric("modelservice_leader") == Some(1.0)).then_some(())
-    })
-    .await;
+    standby
+        .await_metric("modelservice_leader", 1.0, CONVERGE)
+        .await;
     let took = t.elapsed();
     eprintln!("leader handover took {took:?}");
     assert!(
@@ -92,12 +91,9 @@ async fn a_killed_leader_is_replaced_within_the_lease_duration_plus_five_seconds
     let t = Instant::now();
     leader.signal("KILL");
     drop(leader);
-    wait_for(
-        "the standby to take over",
-        lease + Duration::from_secs(30),
-        || async { (standby.metric("modelservice_leader") == Some(1.0)).then_some(()) },
-    )
-    .await;
+    standby
+        .await_metric("modelservice_leader", 1.0, lease + Duration::from_secs(30))
+        .await;
     let took = t.elapsed();
     eprintln!("leader handover took {took:?}");
     assert!(
