@@ -69,6 +69,8 @@ fn pure_path(c: &mut Criterion) {
                 deployment: Some((&observed_dep).into()),
                 pods: &[],
                 autoscaler: None,
+                canary: None,
+                route: None,
             };
             black_box((unchanged, compute(ms.status.as_ref(), &o, &now)))
         })

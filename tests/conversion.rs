@@ -455,7 +455,11 @@ fn a_v1alpha1_object_never_surges_and_a_v1beta1_surge_policy_survives_v1alpha1()
         "spec": {"model": "m", "image": "i"}});
     let beta = convert(alpha.clone(), V1BETA1);
     assert_eq!(beta["spec"]["rollout"], json!({"surge": "Never"}));
-    assert_eq!(convert(beta, V1ALPHA1), alpha, "Never is what v1alpha1 means");
+    assert_eq!(
+        convert(beta, V1ALPHA1),
+        alpha,
+        "Never is what v1alpha1 means"
+    );
     for surge in [json!("Auto"), json!("Never")] {
         let mut b = sglang();
         b["spec"]["rollout"] = json!({"surge": surge});
@@ -489,11 +493,15 @@ fn unknown_versions_are_refused_with_a_reason() {
 }
 
 /// `tests/golden/` holds what `render` printed for each v1alpha1 sample at
-/// the last commit before v1beta1. Converted and built by this release, the
-/// children must be the same to the byte: a changed pod template would
-/// restart every model when the operator is upgraded.
+/// the last commit before v1beta1. Converted and built by this release
+/// against the Deployment that release made (as after an operator upgrade),
+/// the children must be the same to the byte: a changed pod template would
+/// restart every model when the operator is upgraded. (A new object's stable
+/// pods carry the track label; one made before tracks gets it only at its
+/// next rollout: see `core::tracks::stable_labelled`.)
 #[test]
 fn v1alpha1_objects_get_exactly_the_children_the_previous_release_built() {
+    use modelservice_operator::core::{Prior, plan, validate};
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut checked = 0;
     for entry in std::fs::read_dir(root.join("config/samples/v1alpha1")).expect("samples") {
@@ -509,8 +517,26 @@ fn v1alpha1_objects_get_exactly_the_children_the_previous_release_built() {
         let golden =
             std::fs::read_to_string(root.join(format!("tests/golden/{stem}.children.yaml")))
                 .unwrap_or_else(|e| panic!("golden file for {stem}: {e}"));
-        let yaml = std::fs::read_to_string(&path).expect("sample");
-        assert_eq!(render(&yaml, "ml").expect("renders"), golden, "{stem}");
+        let made: Value = serde_yaml::Deserializer::from_str(&golden)
+            .map(|d| serde::Deserialize::deserialize(d).expect("golden doc"))
+            .find(|d: &Value| d["kind"] == "Deployment")
+            .expect("a Deployment in the golden file");
+        let alpha: Value = serde_yaml::from_str(&std::fs::read_to_string(&path).expect("sample"))
+            .expect("sample yaml");
+        let ms: api::ModelService =
+            serde_json::from_value(convert(alpha, V1BETA1)).expect("a v1beta1 object");
+        let valid = validate(&ms, "ml").expect("valid");
+        let prior = Prior {
+            stable_template: Some(made["spec"]["template"].clone()),
+            ..Prior::offline()
+        };
+        let built = plan(&valid, None, &prior).children.to_yaml().expect("yaml");
+        assert_eq!(built, golden, "{stem}");
+        let fresh = render(&serde_yaml::to_string(&ms).expect("yaml"), "ml").expect("renders");
+        assert!(
+            fresh.contains("serving.modelservice.dev/track: stable"),
+            "{stem}: a new object's pods carry the track"
+        );
         checked += 1;
     }
     assert!(checked >= 4, "{checked} samples checked");

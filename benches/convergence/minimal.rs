@@ -153,6 +153,8 @@ async fn write(client: &Client, ns: &str, ms: ModelService, event: bool) {
         deployment: None,
         pods: &[],
         autoscaler: None,
+        canary: None,
+        route: None,
     };
     let status = compute(
         None,

@@ -10,6 +10,7 @@
 
 mod crd;
 mod defaults;
+pub mod gateway;
 pub mod keda;
 mod status;
 pub mod v1alpha1;

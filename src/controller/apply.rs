@@ -11,7 +11,7 @@ use kube::runtime::events::EventType;
 use kube::{Api, Resource};
 
 use super::children::{
-    self, Cached, Child, DeploymentChild, HpaChild, ScaledObjectChild, ServiceChild,
+    self, Cached, Child, DeploymentChild, HpaChild, HttpRouteChild, ScaledObjectChild, ServiceChild,
 };
 use super::error::is_not_found;
 use super::lean::{Lean, LeanDeployment};
@@ -20,6 +20,7 @@ use super::{Context, Error, recent};
 use crate::core::Children;
 use crate::core::fingerprint::{ANNOTATION, stamp};
 use crate::core::subset::is_subset;
+use crate::core::tracks;
 
 /// The field manager of every write the operator makes: server-side apply
 /// of children, status and finalizer patches. One manager, so that the
@@ -41,6 +42,11 @@ pub struct Applied {
     pub deployment: LeanDeployment,
     /// The ScaledObject, when KEDA scales: its conditions say whether KEDA acts.
     pub scaled_object: Option<Cached<ScaledObjectChild>>,
+    /// The canary Deployment, while the spec has a canary.
+    pub canary: Option<LeanDeployment>,
+    /// The HTTPRoute, with a route and Gateway API served: its status says
+    /// whether its Gateways accepted it.
+    pub route: Option<Cached<HttpRouteChild>>,
     /// Kinds the spec asks for whose API the cluster does not serve.
     pub unavailable: Vec<String>,
 }
@@ -78,6 +84,10 @@ async fn apply_all(
         service,
         hpa,
         scaled_object,
+        canary,
+        stable_service,
+        canary_service,
+        route,
     } = children;
     let (Some(name), Some(ns)) = (
         deployment.metadata.name.as_deref(),
@@ -90,13 +100,15 @@ async fn apply_all(
         owner,
         owner_uid,
         namespace: ns,
-        name,
     };
     // An autoscaler the spec no longer wants goes before a new one is made:
     // two autoscalers never scale one Deployment at once.
-    stale.remove::<HpaChild>(hpa.is_none()).await?;
+    stale.remove::<HpaChild>(name, hpa.is_none()).await?;
     stale
-        .remove::<ScaledObjectChild>(scaled_object.is_none())
+        .remove::<ScaledObjectChild>(name, scaled_object.is_none())
+        .await?;
+    stale
+        .remove::<HttpRouteChild>(name, route.is_none())
         .await?;
 
     hand_over_replicas(ctx, deployment).await?;
@@ -110,9 +122,39 @@ async fn apply_all(
     let scaled_object =
         apply_wanted::<ScaledObjectChild>(ctx, scaled_object.as_ref(), done, &mut unavailable)
             .await?;
+    let canary = match canary {
+        Some(c) => {
+            let (applied, d) = apply_one::<DeploymentChild>(ctx, c).await?;
+            done.push(d);
+            for s in [stable_service, canary_service].into_iter().flatten() {
+                done.push(apply_one::<ServiceChild>(ctx, s).await?.1);
+            }
+            Some(applied)
+        }
+        None => {
+            // Promotion: the canary serves until the stable track has
+            // rolled out the spec it was promoted to, so capacity never dips.
+            let stable_done = tracks::canary_may_go(Some(deployment.state()));
+            let (canary_name, stable_name) =
+                (tracks::canary_name(name), tracks::stable_service_name(name));
+            stale
+                .remove::<DeploymentChild>(&canary_name, stable_done)
+                .await?;
+            stale
+                .remove::<ServiceChild>(&canary_name, stable_done)
+                .await?;
+            stale
+                .remove::<ServiceChild>(&stable_name, stable_done)
+                .await?;
+            None
+        }
+    };
+    let route = apply_wanted::<HttpRouteChild>(ctx, route.as_ref(), done, &mut unavailable).await?;
     Ok(Applied {
         deployment,
         scaled_object,
+        canary,
+        route,
         unavailable,
     })
 }
@@ -349,18 +391,18 @@ struct Stale<'a> {
     owner: &'a ObjectReference,
     owner_uid: &'a str,
     namespace: &'a str,
-    name: &'a str,
 }
 
 impl Stale<'_> {
-    /// Deletes the child of row `C` when it is `unwanted`, but only one this
-    /// ModelService controls: never someone else's object of that name.
-    async fn remove<C: Child>(&self, unwanted: bool) -> Result<(), Error> {
+    /// Deletes the child of row `C` named `name` when it is `unwanted`, but
+    /// only one this ModelService controls: never someone else's object of
+    /// that name.
+    async fn remove<C: Child>(&self, name: &str, unwanted: bool) -> Result<(), Error> {
         let cache = C::cache(&self.ctx.stores);
         if !unwanted || !C::DELETED_WHEN_UNWANTED || !cache.available() {
             return Ok(());
         }
-        let (ns, name) = (self.namespace, self.name);
+        let ns = self.namespace;
         let Some(child) = cached(&cache.store, ns, name) else {
             return Ok(());
         };
@@ -393,10 +435,18 @@ impl Stale<'_> {
     }
 }
 
-/// Forgets our remembered applies of a deleted ModelService's children.
+/// Forgets our remembered applies of a deleted ModelService's children,
+/// under each name a child may have.
 pub fn forget(ctx: &Context, namespace: &str, name: &str) {
+    let names = [
+        name.to_string(),
+        tracks::canary_name(name),
+        tracks::stable_service_name(name),
+    ];
     for kind in children::kinds() {
-        forget_child(ctx, &recent::key(&kind, namespace, name));
+        for n in &names {
+            forget_child(ctx, &recent::key(&kind, namespace, n));
+        }
     }
 }
 

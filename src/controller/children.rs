@@ -26,6 +26,7 @@ use serde::de::{DeserializeOwned, IgnoredAny};
 use super::context::{Cache, synced};
 use super::freshness::Freshness;
 use super::lean::Lean;
+use crate::api::gateway::HttpRoute;
 use crate::api::keda::ScaledObject;
 use crate::permissions::{Rule, Verb};
 
@@ -58,27 +59,30 @@ pub trait Child: 'static {
 /// What the cache of row `C` holds.
 pub type Cached<C> = Lean<<C as Child>::Object, <C as Child>::Status>;
 
-/// The Deployment: always there; its status says how the rollout goes.
+/// The Deployments: the stable one, always there, and the canary
+/// `<name>-canary` with `rollout.canary`. Their status says how the rollout
+/// goes.
 pub struct DeploymentChild;
 impl Child for DeploymentChild {
-    const WHY: &'static str = "the serving pods, with their GPU requests.";
+    const WHY: &'static str = "the serving pods, with their GPU requests; a canary's is deleted when rollout.canary is removed (and the stable track has rolled out).";
     type Object = Deployment;
     type Status = DeploymentStatus;
     const OPTIONAL: bool = false;
-    const DELETED_WHEN_UNWANTED: bool = false;
+    const DELETED_WHEN_UNWANTED: bool = true;
     fn cache(stores: &Stores) -> &Cache<Cached<Self>> {
         &stores.deployments
     }
 }
 
-/// The Service: always there.
+/// The Services: `<name>`, always there, and one per track with
+/// `rollout.canary`.
 pub struct ServiceChild;
 impl Child for ServiceChild {
-    const WHY: &'static str = "the stable in-cluster address of the model.";
+    const WHY: &'static str = "the in-cluster address of the model, and one per track with a canary; those go with the canary.";
     type Object = Service;
     type Status = IgnoredAny;
     const OPTIONAL: bool = false;
-    const DELETED_WHEN_UNWANTED: bool = false;
+    const DELETED_WHEN_UNWANTED: bool = true;
     fn cache(stores: &Stores) -> &Cache<Cached<Self>> {
         &stores.services
     }
@@ -109,6 +113,20 @@ impl Child for ScaledObjectChild {
     const DELETED_WHEN_UNWANTED: bool = true;
     fn cache(stores: &Stores) -> &Cache<Cached<Self>> {
         &stores.scaled_objects
+    }
+}
+
+/// Gateway API's HTTPRoute: with `route`. Its status says whether its
+/// Gateways accepted it.
+pub struct HttpRouteChild;
+impl Child for HttpRouteChild {
+    const WHY: &'static str = "Gateway API, with route; deleted when route is removed. Discovering gateway.networking.k8s.io/v1 needs no permission.";
+    type Object = HttpRoute;
+    type Status = serde_json::Value;
+    const OPTIONAL: bool = true;
+    const DELETED_WHEN_UNWANTED: bool = true;
+    fn cache(stores: &Stores) -> &Cache<Cached<Self>> {
+        &stores.routes
     }
 }
 
@@ -177,6 +195,7 @@ child_table! {
     services: ServiceChild,
     hpas: HpaChild,
     scaled_objects: ScaledObjectChild,
+    routes: HttpRouteChild,
 }
 
 impl Stores {
@@ -259,11 +278,13 @@ mod tests {
                 "deployments",
                 "services",
                 "horizontalpodautoscalers",
-                "scaledobjects"
+                "scaledobjects",
+                "httproutes"
             ]
         );
-        assert!(by("deployments").is_some_and(|d| !d.verbs.contains(&Verb::Delete)));
-        assert!(by("services").is_some_and(|d| !d.verbs.contains(&Verb::Delete)));
+        // A canary's Deployment and the track Services go with the canary.
+        assert!(by("deployments").is_some_and(|d| d.verbs.contains(&Verb::Delete)));
+        assert!(by("services").is_some_and(|d| d.verbs.contains(&Verb::Delete)));
         assert!(by("horizontalpodautoscalers").is_some_and(|d| d.verbs.contains(&Verb::Delete)));
         assert_eq!(
             by("scaledobjects").map(|d| d.api_group),
@@ -276,13 +297,15 @@ mod tests {
         let (stores, _writers) = Stores::new();
         assert!(stores.deployments.available());
         assert!(!stores.scaled_objects.available());
+        assert!(!stores.routes.available());
         assert_eq!(
             kinds(),
             [
                 "Deployment",
                 "Service",
                 "HorizontalPodAutoscaler",
-                "ScaledObject"
+                "ScaledObject",
+                "HTTPRoute"
             ]
         );
     }

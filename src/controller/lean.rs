@@ -194,6 +194,16 @@ impl<K: Resource<DynamicType = ()>, S> Lean<K, S> {
 }
 
 impl LeanDeployment {
+    /// The pod template, as JSON (parsed from the kept spec on demand).
+    pub fn template(&self) -> Option<Value> {
+        #[derive(Deserialize)]
+        struct Template {
+            template: Option<Value>,
+        }
+        let raw = self.spec.as_deref()?;
+        serde_json::from_str::<Template>(raw.get()).ok()?.template
+    }
+
     /// What the rollout is judged from. An unreadable replica count counts as
     /// unset (the API server's default, 1), like a missing one.
     pub fn state(&self) -> DeploymentState<'_> {

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use super::{Context, Error};
 use crate::core::labels::selector_string;
+use crate::core::tracks::TRACK_LABEL;
 
 /// The cached child named `name` in `namespace`, if the cache has one.
 pub fn cached<K>(store: &Store<K>, namespace: &str, name: &str) -> Option<Arc<K>>
@@ -22,11 +23,20 @@ where
     store.get(&ObjectRef::new(name).within(namespace))
 }
 
-/// The pods of one ModelService, read-only, straight from the API server.
-pub async fn pods(ctx: &Context, namespace: &str, name: &str) -> Result<Vec<Pod>, Error> {
+/// The pods of one ModelService, read-only, straight from the API server;
+/// with `track`, those of one track only.
+pub async fn pods(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    track: Option<&str>,
+) -> Result<Vec<Pod>, Error> {
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
-    let lp = ListParams::default().labels(&selector_string(name));
-    api.list(&lp)
+    let mut selector = selector_string(name);
+    if let Some(t) = track {
+        selector.push_str(&format!(",{TRACK_LABEL}={t}"));
+    }
+    api.list(&ListParams::default().labels(&selector))
         .await
         .map(|l| l.items)
         .map_err(|e| Error::kube(format!("listing pods of {namespace}/{name}"), e))

@@ -13,15 +13,18 @@ use tracing::{info, instrument, warn};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::children::{Cached, ScaledObjectChild};
+use super::children::{Cached, HttpRouteChild, ScaledObjectChild};
 use super::guarded::Guarded;
 use super::lean::LeanDeployment;
 use super::observe::{cached, pods};
 use super::{Context, Error, apply, invalid, report};
 use crate::api::{Engine, ModelService};
 use crate::core::diagnosis::{GpuRequest, Problem};
+use crate::core::rollback::{self, RolledBack};
 use crate::core::status::{KedaSeen, Observed, compute, needs_pods, now_seconds};
-use crate::core::{build_children, reasons, validate_with};
+use crate::core::strategy_status::{CanarySeen, RouteSeen};
+use crate::core::tracks::{self, CANARY, TRACK_LABEL, Weights};
+use crate::core::{plan, reasons, validate_with};
 
 /// The finalizer the operator puts on every ModelService.
 pub const FINALIZER: &str = "serving.modelservice.dev/cleanup";
@@ -99,6 +102,14 @@ struct Acted {
     deployment: Option<LeanDeployment>,
     /// The ScaledObject, when KEDA scales and its API is served.
     scaled_object: Option<Cached<ScaledObjectChild>>,
+    /// The canary Deployment, while the spec has a canary.
+    canary: Option<LeanDeployment>,
+    /// The HTTPRoute, with a route and Gateway API served.
+    route: Option<Cached<HttpRouteChild>>,
+    /// The route's weights, with a route and a canary.
+    weights: Option<Weights>,
+    /// The canary's rollback, when it is rolled back.
+    rolled_back: Option<RolledBack>,
     /// Why the current spec is not what runs, when it is not.
     blocked: Option<Problem>,
     /// Kinds the spec asks for whose API the cluster does not serve.
@@ -117,9 +128,19 @@ impl Acted {
         problem: Problem,
         failure: Option<Error>,
     ) -> Self {
+        let store = &ctx.stores.deployments.store;
+        let canary = cached(store, ns, &tracks::canary_name(name)).map(|d| d.as_ref().clone());
+        let rolled_back = canary
+            .as_ref()
+            .and_then(|c| c.annotation(rollback::ANNOTATION))
+            .and_then(|a| serde_json::from_str(&a).ok());
         Self {
-            deployment: cached(&ctx.stores.deployments.store, ns, name).map(|d| d.as_ref().clone()),
+            deployment: cached(store, ns, name).map(|d| d.as_ref().clone()),
             scaled_object: None,
+            canary,
+            route: None,
+            weights: None,
+            rolled_back,
             blocked: Some(problem),
             unavailable: Vec::new(),
             failure,
@@ -167,11 +188,16 @@ async fn validate_build_apply(
             return Ok(Acted::blocked(ctx, ns, name, p, None));
         }
     };
-    let children = build_children(&valid, Some(&owner));
-    match apply::apply_children(ctx, &ms.object_ref(&()), &uid, &children).await {
+    let prior = super::tracks::prior(ctx, &valid).await?;
+    let plan = plan(&valid, Some(&owner), &prior);
+    match apply::apply_children(ctx, &ms.object_ref(&()), &uid, &plan.children).await {
         Ok(applied) => Ok(Acted {
             deployment: Some(applied.deployment),
             scaled_object: applied.scaled_object,
+            canary: applied.canary,
+            route: applied.route,
+            weights: plan.weights,
+            rolled_back: plan.rolled_back,
             blocked: None,
             unavailable: applied.unavailable,
             failure: None,
@@ -196,7 +222,17 @@ async fn observe_pods(
 ) -> Result<Vec<Pod>, Error> {
     let state = acted.deployment.as_ref().map(|d| d.state());
     if acted.blocked.is_none() && needs_pods(state) {
-        pods(ctx, ns, name).await
+        // The canary's pods speak for the canary (see `tracks::prior`).
+        let mut all = pods(ctx, ns, name, None).await?;
+        all.retain(|p| {
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(TRACK_LABEL))
+                .map(String::as_str)
+                != Some(CANARY)
+        });
+        Ok(all)
     } else {
         Ok(Vec::new())
     }
@@ -233,6 +269,18 @@ async fn report_status(
         autoscaler: keda.map(|_| KedaSeen {
             installed: !acted.unavailable.iter().any(|k| k == "ScaledObject"),
             status: scaled_object_status,
+        }),
+        canary: ms.spec.rollout.canary.as_ref().map(|_| CanarySeen {
+            deployment: acted.canary.as_ref().map(|d| d.state()),
+            rolled_back: acted.rolled_back.as_ref(),
+            weights: acted.weights.as_ref(),
+        }),
+        route: ms.spec.route.as_ref().map(|r| RouteSeen {
+            name,
+            installed: !acted.unavailable.iter().any(|k| k == "HTTPRoute"),
+            status: acted.route.as_ref().and_then(|r| r.status.as_ref()),
+            parents: r.parent_refs.len(),
+            weights_why: acted.weights.as_ref().and_then(|w| w.why.as_deref()),
         }),
     };
     let previous = report::effective_status(ctx, ms);

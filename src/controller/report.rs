@@ -51,6 +51,15 @@ pub async fn report(
         ctx.events
             .publish(reference, type_, &reason, "Diagnose", note);
     }
+    if let Some(note) = canary_rolled_back(current, new) {
+        ctx.events.publish(
+            reference,
+            EventType::Warning,
+            "CanaryRolledBack",
+            "Rollback",
+            note,
+        );
+    }
     Ok(true)
 }
 
@@ -81,6 +90,9 @@ pub fn status_patch(new: &ModelServiceStatus) -> Result<Value, Error> {
             "selector",
             "url",
             "conditions",
+            "autoscaler",
+            "tracks",
+            "route",
         ] {
             map.entry(key).or_insert(Value::Null);
         }
@@ -114,6 +126,21 @@ pub fn degraded_change(
         )),
         _ => None,
     }
+}
+
+/// The Event for a canary that was just rolled back: once, when
+/// CanaryHealthy turns False (the status we compare with is our own last
+/// write, so a reconcile that repeats it announces nothing).
+pub fn canary_rolled_back(
+    old: Option<&ModelServiceStatus>,
+    new: &ModelServiceStatus,
+) -> Option<String> {
+    let now = find(&new.conditions, ct::CANARY_HEALTHY).filter(|c| c.status == "False")?;
+    let before = old.and_then(|s| find(&s.conditions, ct::CANARY_HEALTHY));
+    if before.is_some_and(|b| b.status == "False") {
+        return None;
+    }
+    Some(format!("{}: {}", now.reason, now.message))
 }
 
 #[cfg(test)]
@@ -169,6 +196,34 @@ mod tests {
         );
         assert!(matches!(e, Some((EventType::Normal, ref r, _)) if r == "Recovered"));
         assert_eq!(degraded_change(None, &status(false, "AsExpected")), None);
+    }
+
+    fn canary(healthy: bool) -> ModelServiceStatus {
+        let now = Time(Timestamp::from_second(1).expect("ts"));
+        let reason = if healthy { "Serving" } else { "CrashLooping" };
+        ModelServiceStatus {
+            conditions: merge(
+                &[],
+                &[Wanted::new(ct::CANARY_HEALTHY, healthy, reason, "m")],
+                1,
+                &now,
+            ),
+            ..ModelServiceStatus::default()
+        }
+    }
+
+    #[test]
+    fn a_rollback_is_announced_once() {
+        assert!(canary_rolled_back(Some(&canary(true)), &canary(false)).is_some());
+        assert!(canary_rolled_back(None, &canary(false)).is_some());
+        assert_eq!(
+            canary_rolled_back(Some(&canary(false)), &canary(false)),
+            None
+        );
+        assert_eq!(
+            canary_rolled_back(Some(&canary(false)), &canary(true)),
+            None
+        );
     }
 
     #[test]

@@ -6,8 +6,13 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use serde_json::Value;
 
+use super::rollback::{self, RolledBack};
+use super::route::{self, Backend};
+use super::tracks::{self, CANARY, Readiness, STABLE, Weights};
 use super::{ValidSpec, deployment, hpa, keda, service};
+use crate::api::gateway::HttpRoute;
 use crate::api::keda::ScaledObject;
 
 /// What should exist for one ModelService. `None` means that child must
@@ -20,15 +25,127 @@ pub struct Children {
     pub service: Service,
     pub hpa: Option<HorizontalPodAutoscaler>,
     pub scaled_object: Option<ScaledObject>,
+    /// The canary Deployment `<name>-canary`, with `rollout.canary`.
+    pub canary: Option<Deployment>,
+    /// The Services of each track, `<name>-stable` and `<name>-canary`,
+    /// with `rollout.canary`: what a route weighs.
+    pub stable_service: Option<Service>,
+    pub canary_service: Option<Service>,
+    /// The HTTPRoute, with `route`.
+    pub route: Option<HttpRoute>,
 }
 
-/// Builds every child of `v`, each owned by `owner` when given.
+/// What the children depend on besides the spec: the world as the
+/// operator's caches saw it before this reconcile.
+#[derive(Clone, Debug, Default)]
+pub struct Prior {
+    /// The stable Deployment's pod template, when it exists.
+    pub stable_template: Option<Value>,
+    /// Ready pods of each track (`canary_rolled_back` is decided here).
+    pub readiness: Readiness,
+    /// The rollback annotation on the cached canary Deployment.
+    pub canary_kept: Option<String>,
+    /// Why the canary cannot serve, when it cannot (see `rollback::cause`).
+    pub canary_cause: Option<(String, String)>,
+}
+
+impl Prior {
+    /// The world `render` assumes: nothing exists yet, and every track
+    /// would be ready, so the route shows the weights the spec asks for.
+    pub fn offline() -> Self {
+        Prior {
+            readiness: Readiness {
+                stable_ready: 1,
+                canary_ready: 1,
+                canary_rolled_back: false,
+            },
+            ..Prior::default()
+        }
+    }
+}
+
+/// The children and the decisions they embody, for the status to report.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub children: Children,
+    /// The route's weights, with a route and a canary.
+    pub weights: Option<Weights>,
+    /// The canary's rollback, when it is rolled back.
+    pub rolled_back: Option<RolledBack>,
+}
+
+/// Builds every child of `v` as `render` shows them.
 pub fn build_children(v: &ValidSpec, owner: Option<&OwnerReference>) -> Children {
-    Children {
-        deployment: deployment::build(v, owner),
-        service: service::build(v, owner),
-        hpa: hpa::build(v, owner),
-        scaled_object: keda::build(v, owner),
+    plan(v, owner, &Prior::offline()).children
+}
+
+/// Builds every child of `v`, each owned by `owner` when given, in the
+/// world `prior` describes.
+pub fn plan(v: &ValidSpec, owner: Option<&OwnerReference>, prior: &Prior) -> Plan {
+    let mut deployment = deployment::build(v, owner);
+    let unlabelled = serde_json::to_value(&deployment.spec.template).unwrap_or_default();
+    let stable_labelled = tracks::stable_labelled(&unlabelled, prior.stable_template.as_ref());
+    if stable_labelled {
+        tracks::label_track(&mut deployment, STABLE, false);
+    }
+    let (canary, rolled_back) = match tracks::canary_spec(v) {
+        Some(c) => {
+            let mut d = deployment::build(&c, owner);
+            d.metadata.name = Some(tracks::canary_name(&v.name));
+            tracks::label_track(&mut d, CANARY, true);
+            let rb = rollback::decide(&d, prior.canary_kept.as_deref(), prior.canary_cause.clone());
+            if let Some(rb) = &rb {
+                rollback::roll_back(&mut d, rb);
+            }
+            (Some(d), rb)
+        }
+        None => (None, None),
+    };
+    let with_canary = v.spec.rollout.canary.as_ref();
+    let weights = with_canary.filter(|_| v.spec.route.is_some()).map(|c| {
+        tracks::weights(
+            c.weight,
+            Readiness {
+                canary_rolled_back: rolled_back.is_some(),
+                ..prior.readiness
+            },
+        )
+    });
+    let backends = match &weights {
+        // Stable pods made before tracks existed are only reachable through
+        // the Service of both tracks, until their next rollout labels them.
+        Some(w) => vec![
+            Backend {
+                service: if stable_labelled {
+                    tracks::stable_service_name(&v.name)
+                } else {
+                    v.name.clone()
+                },
+                weight: w.stable,
+            },
+            Backend {
+                service: tracks::canary_name(&v.name),
+                weight: w.canary,
+            },
+        ],
+        None => vec![Backend {
+            service: v.name.clone(),
+            weight: 1,
+        }],
+    };
+    Plan {
+        children: Children {
+            deployment,
+            service: service::build(v, owner),
+            hpa: hpa::build(v, owner),
+            scaled_object: keda::build(v, owner),
+            canary,
+            stable_service: with_canary.map(|_| tracks::track_service(v, owner, STABLE)),
+            canary_service: with_canary.map(|_| tracks::track_service(v, owner, CANARY)),
+            route: route::build(v, owner, &backends),
+        },
+        weights,
+        rolled_back,
     }
 }
 
@@ -40,6 +157,10 @@ impl Children {
             service,
             hpa,
             scaled_object,
+            canary,
+            stable_service,
+            canary_service,
+            route,
         } = self;
         let mut docs = vec![
             serde_yaml::to_string(deployment)?,
@@ -51,6 +172,15 @@ impl Children {
         if let Some(s) = scaled_object {
             docs.push(serde_yaml::to_string(s)?);
         }
+        if let Some(c) = canary {
+            docs.push(serde_yaml::to_string(c)?);
+        }
+        for s in [stable_service, canary_service].into_iter().flatten() {
+            docs.push(serde_yaml::to_string(s)?);
+        }
+        if let Some(r) = route {
+            docs.push(serde_yaml::to_string(r)?);
+        }
         Ok(docs.iter().map(|d| format!("---\n{d}")).collect::<String>())
     }
 }
@@ -59,6 +189,7 @@ impl Children {
 pub(crate) mod tests {
     use super::*;
     use crate::api::ModelService;
+    use k8s_openapi::api::apps::v1::Deployment;
 
     /// The full example of ../shared/API.md, used across the core's tests.
     pub fn sample() -> ModelService {
@@ -169,6 +300,162 @@ spec:
                 ("autoscaling/v2", "HorizontalPodAutoscaler")
             ]
         );
+    }
+
+    fn canary_and_route() -> ValidSpec {
+        let mut v = valid();
+        v.spec.rollout.canary = Some(crate::api::Canary {
+            model: None,
+            runtime: Some(crate::api::CanaryRuntime {
+                image: Some("vllm/vllm-openai:v0.9.0".into()),
+                args: None,
+                env: None,
+            }),
+            replicas: 1,
+            weight: 25,
+        });
+        v.spec.route = Some(crate::api::Route {
+            parent_refs: vec![crate::api::ParentReference {
+                name: "gw".into(),
+                namespace: None,
+                section_name: None,
+                port: None,
+                group: None,
+                kind: None,
+            }],
+            hostnames: vec![],
+            path: "/".into(),
+        });
+        v
+    }
+
+    fn backends(c: &Children) -> Vec<(String, i32)> {
+        c.route
+            .as_ref()
+            .map(|r| {
+                r.spec.rules[0]
+                    .backend_refs
+                    .iter()
+                    .map(|b| (b.name.clone(), b.weight))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_canary_gets_its_deployment_track_services_and_a_weighted_route() {
+        let ready = Prior {
+            readiness: Readiness {
+                stable_ready: 2,
+                canary_ready: 1,
+                canary_rolled_back: false,
+            },
+            ..Prior::default()
+        };
+        let p = plan(&canary_and_route(), None, &ready);
+        let c = p.children.canary.as_ref().expect("canary");
+        assert_eq!(c.metadata.name.as_deref(), Some("llama-canary"));
+        assert_eq!(c.spec.replicas, Some(1));
+        let track = |d: &Deployment| {
+            d.spec
+                .template
+                .metadata
+                .as_ref()
+                .and_then(|m| m.labels.clone())
+                .unwrap_or_default()
+                .get(tracks::TRACK_LABEL)
+                .cloned()
+        };
+        assert_eq!(track(c).as_deref(), Some("canary"));
+        assert_eq!(track(&p.children.deployment).as_deref(), Some("stable"));
+        assert_eq!(
+            c.spec
+                .selector
+                .match_labels
+                .as_ref()
+                .and_then(|l| l.get(tracks::TRACK_LABEL))
+                .map(String::as_str),
+            Some("canary"),
+            "the canary's ReplicaSets never adopt stable pods"
+        );
+        assert_eq!(
+            p.children.deployment.spec.selector,
+            deployment::build(&valid(), None).spec.selector,
+            "the stable selector never changes: it is immutable"
+        );
+        assert!(p.children.stable_service.is_some() && p.children.canary_service.is_some());
+        assert_eq!(
+            backends(&p.children),
+            [
+                ("llama-stable".to_string(), 75),
+                ("llama-canary".to_string(), 25)
+            ]
+        );
+        assert_eq!(p.rolled_back, None);
+    }
+
+    #[test]
+    fn a_failing_canary_is_rolled_back_to_zero_and_gets_no_traffic() {
+        let failing = Prior {
+            readiness: Readiness {
+                stable_ready: 2,
+                canary_ready: 1,
+                canary_rolled_back: false,
+            },
+            canary_cause: Some(("CrashLooping".into(), "restarting".into())),
+            ..Prior::default()
+        };
+        let p = plan(&canary_and_route(), None, &failing);
+        assert_eq!(
+            p.children.canary.as_ref().and_then(|c| c.spec.replicas),
+            Some(0)
+        );
+        assert_eq!(
+            backends(&p.children),
+            [
+                ("llama-stable".to_string(), 100),
+                ("llama-canary".to_string(), 0)
+            ]
+        );
+        let rb = p.rolled_back.expect("rolled back");
+        // Next reconcile: the pods are gone, the annotation remembers.
+        let kept = serde_json::to_string(&rb).expect("json");
+        let later = Prior {
+            canary_kept: Some(kept),
+            ..Prior::default()
+        };
+        let p2 = plan(&canary_and_route(), None, &later);
+        assert_eq!(p2.rolled_back, Some(rb));
+        assert_eq!(
+            p2.children.canary, p.children.canary,
+            "the same rolled-back canary"
+        );
+        assert_eq!(
+            p2.children.deployment, p.children.deployment,
+            "the stable track is untouched"
+        );
+    }
+
+    #[test]
+    fn without_a_canary_the_route_sends_everything_to_the_service() {
+        let mut v = canary_and_route();
+        v.spec.rollout.canary = None;
+        let p = plan(&v, None, &Prior::default());
+        assert_eq!(backends(&p.children), [("llama".to_string(), 1)]);
+        assert!(p.children.canary.is_none() && p.children.stable_service.is_none());
+        assert_eq!(p.weights, None);
+    }
+
+    #[test]
+    fn stable_pods_made_before_tracks_are_reached_through_the_shared_service() {
+        let old = deployment::build(&valid(), None);
+        let prior = Prior {
+            stable_template: Some(serde_json::to_value(&old.spec.template).expect("json")),
+            ..Prior::offline()
+        };
+        let p = plan(&canary_and_route(), None, &prior);
+        assert_eq!(p.children.deployment, old, "no restart of the stable pods");
+        assert_eq!(backends(&p.children)[0], ("llama".to_string(), 75));
     }
 
     #[test]

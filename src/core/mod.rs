@@ -16,11 +16,15 @@ pub mod keda;
 pub mod labels;
 pub mod preset;
 pub mod reasons;
+pub mod rollback;
 pub mod rollout;
+pub mod route;
 pub mod service;
 pub mod status;
+pub mod strategy_status;
 pub mod subset;
+pub mod tracks;
 pub mod validate;
 
-pub use children::{Children, build_children};
+pub use children::{Children, Plan, Prior, build_children, plan};
 pub use validate::{InvalidSpec, OperatorDefaults, ValidSpec, validate, validate_with};

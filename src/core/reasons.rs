@@ -35,3 +35,9 @@ pub const SCALED_TO_ZERO: &str = "ScaledToZero";
 pub const AUTOSCALER_UNAVAILABLE: &str = "AutoscalerUnavailable";
 /// Degraded: the autoscaler is installed but says it cannot scale (a failing trigger).
 pub const AUTOSCALER_NOT_READY: &str = "AutoscalerNotReady";
+/// Degraded: the spec asks for a route, and the cluster has no Gateway API.
+pub const ROUTE_UNAVAILABLE: &str = "RouteUnavailable";
+/// CanaryHealthy=True: every canary pod is ready.
+pub const SERVING: &str = "Serving";
+/// CanaryHealthy=True: canary pods are still starting.
+pub const STARTING: &str = "Starting";

@@ -12,6 +12,7 @@ use super::diagnosis::{GpuRequest, Problem, diagnose};
 use super::labels::selector_string;
 use super::reasons;
 use super::rollout::{DeploymentState, Rollout, rollout};
+use super::strategy_status::{self, CanarySeen, RouteSeen};
 use crate::api::{AutoscalerStatus, ModelServiceStatus, condition_types as ct};
 
 /// Everything the status is computed from.
@@ -33,6 +34,10 @@ pub struct Observed<'a> {
     pub pods: &'a [Pod],
     /// KEDA, when it is the engine the spec asks for.
     pub autoscaler: Option<KedaSeen<'a>>,
+    /// The canary, when the spec has one.
+    pub canary: Option<CanarySeen<'a>>,
+    /// The route, when the spec has one.
+    pub route: Option<RouteSeen<'a>>,
 }
 
 /// KEDA as observed for one ModelService.
@@ -214,9 +219,14 @@ pub fn compute(
             (ready, progressing, d)
         }
         (None, _) => {
-            // An autoscaler that cannot act needs a human, but the model
-            // still serves at its current size: only Degraded says so.
-            let degraded = match o.autoscaler.and_then(|k| k.problem()) {
+            // An autoscaler that cannot act, or a route that cannot exist,
+            // needs a human, but the model still serves at its current
+            // size: only Degraded says so.
+            let side = o
+                .autoscaler
+                .and_then(|k| k.problem())
+                .or_else(|| o.route.as_ref().and_then(strategy_status::route_problem));
+            let degraded = match side {
                 Some(p) => Wanted::new(ct::DEGRADED, true, p.reason, p.message),
                 None => Wanted::new(
                     ct::DEGRADED,
@@ -229,9 +239,17 @@ pub fn compute(
         }
     };
 
-    let previous_conditions = previous
+    // CanaryHealthy is ours only while there is a canary: without one, a
+    // previous one is dropped, not kept as someone else's.
+    let previous_conditions: Vec<_> = previous
         .map(|p| p.conditions.as_slice())
-        .unwrap_or_default();
+        .unwrap_or_default()
+        .iter()
+        .filter(|c| o.canary.is_some() || c.type_ != ct::CANARY_HEALTHY)
+        .cloned()
+        .collect();
+    let mut wanted = vec![ready, progressing, degraded];
+    wanted.extend(o.canary.as_ref().map(strategy_status::canary_healthy));
     let dep_status = o.deployment.and_then(|d| d.status);
     ModelServiceStatus {
         observed_generation: Some(o.generation),
@@ -241,15 +259,13 @@ pub fn compute(
         url: o
             .port
             .map(|port| format!("http://{}.{}.svc:{port}", o.name, o.namespace)),
-        conditions: merge(
-            previous_conditions,
-            &[ready, progressing, degraded],
-            o.generation,
-            now,
-        ),
+        conditions: merge(&previous_conditions, &wanted, o.generation, now),
         autoscaler: o.autoscaler.map(|k| k.report()),
-        tracks: None,
-        route: None,
+        tracks: o
+            .canary
+            .as_ref()
+            .map(|c| strategy_status::tracks(o.deployment, c)),
+        route: o.route.as_ref().map(strategy_status::route),
     }
 }
 
@@ -311,6 +327,8 @@ mod tests {
             deployment: d.map(Into::into),
             pods,
             autoscaler: None,
+            canary: None,
+            route: None,
         }
     }
 

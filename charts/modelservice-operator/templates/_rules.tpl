@@ -24,14 +24,16 @@ watchNamespace). Included by templates/rbac.yaml.
 - apiGroups: ["serving.modelservice.dev"]
   resources: ["modelservices/finalizers"]
   verbs: ["update"]
-# Child Deployment: the serving pods, with their GPU requests.
+# Child Deployment: the serving pods, with their GPU requests; a canary's is
+# deleted when rollout.canary is removed (and the stable track has rolled out).
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "list", "watch", "create", "patch"]
-# Child Service: the stable in-cluster address of the model.
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Child Service: the in-cluster address of the model, and one per track with a
+# canary; those go with the canary.
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["get", "list", "watch", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Child HorizontalPodAutoscaler: with autoscaling.engine HPA; deleted when the
 # engine changes or autoscaling is removed.
 - apiGroups: ["autoscaling"]
@@ -42,6 +44,11 @@ watchNamespace). Included by templates/rbac.yaml.
 # no permission.
 - apiGroups: ["keda.sh"]
   resources: ["scaledobjects"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Child HTTPRoute: Gateway API, with route; deleted when route is removed.
+# Discovering gateway.networking.k8s.io/v1 needs no permission.
+- apiGroups: ["gateway.networking.k8s.io"]
+  resources: ["httproutes"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Read-only: diagnose why pods do not serve (InsufficientGPU, ImagePullFailed,
 # ...).

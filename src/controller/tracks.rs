@@ -1,0 +1,59 @@
+//! Step 1 for the tracks: what the canary and the stable track look like
+//! before this reconcile, from the caches, plus the canary's pods when they
+//! can explain a failure.
+
+use super::lean::LeanDeployment;
+use super::observe::{cached, pods};
+use super::{Context, Error};
+use crate::core::diagnosis::GpuRequest;
+use crate::core::status::needs_pods;
+use crate::core::tracks::{CANARY, Readiness, canary_name};
+use crate::core::{Prior, ValidSpec, rollback};
+
+/// The world the children of `v` are planned in.
+pub async fn prior(ctx: &Context, v: &ValidSpec) -> Result<Prior, Error> {
+    let (ns, name) = (v.namespace.as_str(), v.name.as_str());
+    let store = &ctx.stores.deployments.store;
+    let stable = cached(store, ns, name);
+    let canary = v
+        .spec
+        .rollout
+        .canary
+        .as_ref()
+        .and_then(|_| cached(store, ns, &canary_name(name)));
+    let ready = |d: Option<&LeanDeployment>| {
+        d.and_then(|d| d.status.as_ref())
+            .and_then(|s| s.ready_replicas)
+            .unwrap_or(0)
+    };
+    let canary_kept = canary
+        .as_ref()
+        .and_then(|c| c.annotation(rollback::ANNOTATION));
+    let gpu = GpuRequest {
+        gpus: v.spec.resources.gpus,
+        resource: &v.spec.resources.gpu_resource,
+    };
+    // Pods are read only while the canary is neither rolled back nor
+    // complete: a healthy or rolled-back canary costs no request.
+    let canary_cause = match canary.as_deref() {
+        Some(c) if canary_kept.is_none() => {
+            let pods = if needs_pods(Some(c.state())) {
+                pods(ctx, ns, name, Some(CANARY)).await?
+            } else {
+                Vec::new()
+            };
+            rollback::cause(Some(c.state()), &pods, gpu)
+        }
+        _ => None,
+    };
+    Ok(Prior {
+        stable_template: stable.as_deref().and_then(LeanDeployment::template),
+        readiness: Readiness {
+            stable_ready: ready(stable.as_deref()),
+            canary_ready: ready(canary.as_deref()),
+            canary_rolled_back: false,
+        },
+        canary_kept,
+        canary_cause,
+    })
+}
