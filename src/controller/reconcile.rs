@@ -21,10 +21,15 @@ use super::{Context, Error, apply, invalid, report};
 use crate::api::{Engine, ModelService};
 use crate::core::diagnosis::{GpuRequest, Problem};
 use crate::core::rollback::{self, RolledBack};
+use crate::core::rollout::{Rollout, rollout};
 use crate::core::status::{KedaSeen, Observed, compute, needs_pods, now_seconds};
 use crate::core::strategy_status::{CanarySeen, RouteSeen};
 use crate::core::tracks::{self, CANARY, TRACK_LABEL, Weights};
 use crate::core::{plan, reasons, validate_with};
+
+/// How soon a starting canary is looked at again: a crash loop is rolled
+/// back within about this long after the pods show it.
+const CANARY_LOOK: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The finalizer the operator puts on every ModelService.
 pub const FINALIZER: &str = "serving.modelservice.dev/cleanup";
@@ -157,10 +162,20 @@ async fn apply_spec(ms: &ModelService, ctx: &Context) -> Result<Action, Error> {
     if let Some(e) = acted.failure {
         return Err(e);
     }
-    Ok(Action::requeue(if ready {
-        ctx.config.resync
-    } else {
-        ctx.config.not_ready_requeue
+    // A canary's pods change nothing the operator watches when they start
+    // to crash (its Deployment's status stays the same): look again soon
+    // until it serves or is rolled back. One pod list per look, for one
+    // Deployment, and only while a canary starts.
+    let canary_settled = ms.spec.rollout.canary.is_none()
+        || acted.rolled_back.is_some()
+        || acted
+            .canary
+            .as_ref()
+            .is_some_and(|c| matches!(rollout(Some(c.state())), Rollout::Complete { .. }));
+    Ok(Action::requeue(match (ready, canary_settled) {
+        (_, false) => CANARY_LOOK.min(ctx.config.not_ready_requeue),
+        (true, true) => ctx.config.resync,
+        (false, true) => ctx.config.not_ready_requeue,
     }))
 }
 

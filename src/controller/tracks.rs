@@ -53,6 +53,7 @@ pub async fn prior(ctx: &Context, v: &ValidSpec) -> Result<Prior, Error> {
             canary_ready: ready(canary.as_deref()),
             canary_rolled_back: false,
         },
+        canary_template: canary.as_deref().and_then(LeanDeployment::template),
         canary_kept,
         canary_cause,
     })

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::rollback::{self, RolledBack};
 use super::route::{self, Backend};
+use super::subset::is_subset;
 use super::tracks::{self, CANARY, Readiness, STABLE, Weights};
 use super::{ValidSpec, deployment, hpa, keda, service};
 use crate::api::gateway::HttpRoute;
@@ -43,6 +44,8 @@ pub struct Prior {
     pub stable_template: Option<Value>,
     /// Ready pods of each track (`canary_rolled_back` is decided here).
     pub readiness: Readiness,
+    /// The cached canary Deployment's pod template, when it exists.
+    pub canary_template: Option<Value>,
     /// The rollback annotation on the cached canary Deployment.
     pub canary_kept: Option<String>,
     /// Why the canary cannot serve, when it cannot (see `rollback::cause`).
@@ -93,7 +96,14 @@ pub fn plan(v: &ValidSpec, owner: Option<&OwnerReference>, prior: &Prior) -> Pla
             let mut d = deployment::build(&c, owner);
             d.metadata.name = Some(tracks::canary_name(&v.name));
             tracks::label_track(&mut d, CANARY, true);
-            let rb = rollback::decide(&d, prior.canary_kept.as_deref(), prior.canary_cause.clone());
+            // A failure counts against this template only if the pods that
+            // failed run it: right after a new canary image is applied, the
+            // pods seen are still the old template's.
+            let runs_it = prior.canary_template.as_ref().is_some_and(|t| {
+                serde_json::to_value(&d.spec.template).is_ok_and(|want| is_subset(&want, t))
+            });
+            let cause = prior.canary_cause.clone().filter(|_| runs_it);
+            let rb = rollback::decide(&d, prior.canary_kept.as_deref(), cause);
             if let Some(rb) = &rb {
                 rollback::roll_back(&mut d, rb);
             }
@@ -404,6 +414,20 @@ spec:
             },
             canary_cause: Some(("CrashLooping".into(), "restarting".into())),
             ..Prior::default()
+        };
+        // The failing pods ran another template: no rollback of this one.
+        let other = Prior {
+            canary_template: Some(
+                serde_json::json!({"spec": {"containers": [{"image": "old:1"}]}}),
+            ),
+            ..failing.clone()
+        };
+        assert_eq!(plan(&canary_and_route(), None, &other).rolled_back, None);
+        let offline = plan(&canary_and_route(), None, &Prior::default());
+        let running = offline.children.canary.as_ref().expect("canary");
+        let failing = Prior {
+            canary_template: Some(serde_json::to_value(&running.spec.template).expect("json")),
+            ..failing
         };
         let p = plan(&canary_and_route(), None, &failing);
         assert_eq!(

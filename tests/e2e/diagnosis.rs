@@ -1,30 +1,10 @@
 //! Status that explains itself: GPU shortage and image pull failures are
 //! named, announced once, and cleared when the cause goes away.
 
-use k8s_openapi::api::events::v1::Event;
-use kube::api::ListParams;
 use serde_json::json;
 
 use crate::harness::{CONVERGE, Env, wait_for};
 use crate::observe::*;
-
-async fn warnings(env: &Env, name: &str, reason: &str) -> usize {
-    let lp = ListParams::default();
-    env.api::<Event>()
-        .list(&lp)
-        .await
-        .map(|l| {
-            l.items
-                .iter()
-                .filter(|e| {
-                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                        && e.reason.as_deref() == Some(reason)
-                        && e.type_.as_deref() == Some("Warning")
-                })
-                .count()
-        })
-        .unwrap_or(0)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gpu_shortage_is_named_announced_once_and_clears_by_itself() {

@@ -223,11 +223,37 @@ impl Env {
     /// waits until it is served. There is no KEDA controller: scenarios
     /// write what KEDA would.
     pub async fn install_keda_crd(&self) {
+        self.install_crd("keda.sh_scaledobjects.yaml", self.scaled_objects())
+            .await;
+    }
+
+    /// Removes KEDA's ScaledObject CRD and waits until it is gone.
+    pub async fn remove_keda_crd(&self) {
+        self.remove_crd("scaledobjects.keda.sh").await;
+    }
+
+    /// Installs Gateway API's HTTPRoute CRD (v1.3.0, as upstream ships it)
+    /// and waits until it is served. There is no Gateway controller:
+    /// scenarios write what one would.
+    pub async fn install_gateway_crd(&self) {
+        self.install_crd("gateway.networking.k8s.io_httproutes.yaml", self.routes())
+            .await;
+    }
+
+    /// Removes Gateway API's HTTPRoute CRD and waits until it is gone.
+    pub async fn remove_gateway_crd(&self) {
+        self.remove_crd("httproutes.gateway.networking.k8s.io")
+            .await;
+    }
+
+    /// Applies a CRD from `tests/fixtures/crds/` and waits until `api` answers.
+    async fn install_crd(&self, file: &str, api: Api<DynamicObject>) {
         let text = std::fs::read_to_string(
             Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/fixtures/crds/keda.sh_scaledobjects.yaml"),
+                .join("tests/fixtures/crds")
+                .join(file),
         )
-        .expect("the KEDA CRD fixture");
+        .expect("a CRD fixture");
         let crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("crd parses");
         Api::<CustomResourceDefinition>::all(self.client.clone())
             .patch(
@@ -236,10 +262,9 @@ impl Env {
                 &Patch::Apply(&crd),
             )
             .await
-            .expect("install the KEDA CRD");
-        let api = self.scaled_objects();
+            .expect("install the CRD");
         wait_for(
-            "the ScaledObject API to be served",
+            &format!("the API of {file} to be served"),
             Duration::from_secs(30),
             || {
                 let api = api.clone();
@@ -249,12 +274,11 @@ impl Env {
         .await;
     }
 
-    /// Removes KEDA's ScaledObject CRD and waits until it is gone.
-    pub async fn remove_keda_crd(&self) {
+    /// Deletes the CRD `name` and waits until it is gone.
+    async fn remove_crd(&self, name: &str) {
         let api = Api::<CustomResourceDefinition>::all(self.client.clone());
-        let name = "scaledobjects.keda.sh";
         let _ = api.delete(name, &DeleteParams::background()).await;
-        wait_for("the KEDA CRD to be gone", Duration::from_secs(120), || {
+        wait_for("the CRD to be gone", Duration::from_secs(120), || {
             let api = api.clone();
             async move {
                 api.get_opt(name)
@@ -266,6 +290,13 @@ impl Env {
             }
         })
         .await;
+    }
+
+    /// HTTPRoutes in this test's namespace.
+    pub fn routes(&self) -> Api<DynamicObject> {
+        let gvk = GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "HTTPRoute");
+        let ar = ApiResource::from_gvk_with_plural(&gvk, "httproutes");
+        Api::namespaced_with(self.client.clone(), &self.namespace, &ar)
     }
 
     /// ScaledObjects in this test's namespace.

@@ -7,6 +7,7 @@ mod outage;
 mod webhook_host;
 
 mod autoscaling;
+mod canary;
 mod deletion;
 mod diagnosis;
 mod drift;
@@ -17,6 +18,7 @@ mod leader;
 mod lifecycle;
 mod permissions;
 mod process;
+mod route_missing;
 mod scale;
 mod steady_state;
 mod upgrade;

@@ -168,3 +168,22 @@ pub fn needs_real(test: &str, why: &str) -> bool {
     }
     true
 }
+
+/// Warning Events about the object `name` with `reason`.
+pub async fn warnings(env: &Env, name: &str, reason: &str) -> usize {
+    let lp = kube::api::ListParams::default();
+    env.api::<k8s_openapi::api::events::v1::Event>()
+        .list(&lp)
+        .await
+        .map(|l| {
+            l.items
+                .iter()
+                .filter(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                        && e.reason.as_deref() == Some(reason)
+                        && e.type_.as_deref() == Some("Warning")
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}

@@ -11,6 +11,8 @@
 //!   (`0/N nodes are available: N Insufficient nvidia.com/gpu.`);
 //! - image pulls: an image whose reference contains `.invalid/` or ends in
 //!   `:does-not-exist` fails with ErrImagePull, then ImagePullBackOff;
+//! - crashes: an image whose name contains `crashloop` runs, exits 1 and is
+//!   in CrashLoopBackOff, as `../shared/k8s`'s podsim makes it;
 //! - Deployment status (observedGeneration, replica counts, Available and
 //!   Progressing conditions) as the Deployment controller reports it.
 //!
@@ -363,6 +365,14 @@ fn pod_status(
             "containerStatuses": [{"name": "server", "image": image, "imageID": "", "ready": false, "restartCount": 0,
                 "state": {"waiting": {"reason": reason,
                     "message": format!("Back-off pulling image \"{image}\": not found")}}}]});
+    }
+    if image.contains("crashloop") {
+        return json!({"phase": "Running",
+            "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}],
+            "containerStatuses": [{"name": "server", "image": image, "imageID": "", "ready": false, "restartCount": 3, "started": false,
+                "state": {"waiting": {"reason": "CrashLoopBackOff",
+                    "message": "back-off 40s restarting failed container=server"}},
+                "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}]});
     }
     json!({"phase": "Running",
         "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
