@@ -789,6 +789,14 @@ LUA_CASES: list[tuple[str, dict[str, Any], str, str | None]] = [
         cond("Ready", "True", "Available", "2/2 replicas ready", 6)]}), "Progressing", None),
     ("stale Degraded=True is not current", ms(8, {"observedGeneration": 7, "conditions": [
         cond("Degraded", "True", "ImagePullFailed", "bad tag", 7)]}), "Progressing", None),
+    ("canary rolled back (the stable track still Ready)", ms(4, {"observedGeneration": 4, "conditions": [
+        cond("Ready", "True", "Available", "2/2 replicas ready", 4),
+        cond("Degraded", "False", "AsExpected", "", 4),
+        cond("CanaryHealthy", "False", "CrashLooping", "the canary is rolled back", 4)]}),
+     "Degraded", "canary rolled back: CrashLooping"),
+    ("canary starting", ms(4, {"observedGeneration": 4, "conditions": [
+        cond("Ready", "True", "Available", "2/2 replicas ready", 4),
+        cond("CanaryHealthy", "True", "Starting", "0/1 canary pods ready", 4)]}), "Healthy", None),
     ("no status yet", ms(1, None), "Progressing", None),
     ("empty status", ms(1, {}), "Progressing", None),
     ("status without conditions", ms(1, {"observedGeneration": 1}), "Progressing", None),

@@ -4,8 +4,10 @@
 -- (see README.md). Argo CD sets `obj` to the live object.
 --
 --   Healthy     Ready=True for the current metadata.generation
---   Degraded    Degraded=True (its message is shown), or Progressing=False
---               with reason ProgressDeadlineExceeded
+--   Degraded    Degraded=True (its message is shown), Progressing=False
+--               with reason ProgressDeadlineExceeded, or CanaryHealthy=False
+--               (the operator rolled the canary back; the stable track
+--               still serves, but the version being tried has failed)
 --   Progressing everything else: no status yet, status.observedGeneration
 --               behind metadata.generation (the operator has not acted on the
 --               latest spec), a rollout in progress, a model still loading
@@ -79,6 +81,13 @@ local degraded = current(condition(conditions, "Degraded"))
 if degraded ~= nil and degraded.status == "True" then
   hs.status = "Degraded"
   hs.message = describe(degraded, "ModelService is degraded")
+  return hs
+end
+
+local canary = current(condition(conditions, "CanaryHealthy"))
+if canary ~= nil and canary.status == "False" then
+  hs.status = "Degraded"
+  hs.message = "canary rolled back: " .. describe(canary, "the canary failed")
   return hs
 end
 

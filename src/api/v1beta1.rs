@@ -66,6 +66,12 @@ use super::status::ModelServiceStatus;
         description = "Why the model is or is not ready (for example InsufficientGPU, ImagePullFailed, RollingOut)"
     ),
     printcolumn(
+        name = "Canary",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"CanaryHealthy\")].reason",
+        description = "With rollout.canary: Serving, Starting, or why it was rolled back (for example CrashLooping)"
+    ),
+    printcolumn(
         name = "Replicas",
         type_ = "integer",
         json_path = ".status.readyReplicas",

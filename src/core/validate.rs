@@ -69,6 +69,12 @@ pub fn validate_with(
             "metadata.name {name:?} cannot name a Service: {e}; use a lower-case name that starts with a letter, at most 63 characters"
         ));
     }
+    if spec.rollout.canary.is_some() && name.len() > super::tracks::MAX_NAME_WITH_TRACKS {
+        problems.push(format!(
+            "metadata.name {name:?} is too long for rollout.canary: the canary's Service {name}-canary must be at most 63 characters, so the name at most {}",
+            super::tracks::MAX_NAME_WITH_TRACKS
+        ));
+    }
     if spec.model.name.trim().is_empty() {
         problems.push("spec.model.name must not be empty".into());
     }
@@ -272,6 +278,17 @@ mod tests {
         let v = validate(&sample(), "default").expect("valid");
         assert_eq!(v.name, "llama");
         assert_eq!(v.namespace, "ml");
+    }
+
+    #[test]
+    fn a_canary_needs_room_for_its_suffix_in_the_name() {
+        let mut ms = sample();
+        ms.spec.rollout.canary = serde_json::from_value(serde_json::json!({})).ok();
+        ms.metadata.name = Some("a".repeat(57));
+        let err = validate(&ms, "default").expect_err("too long");
+        assert!(err.to_string().contains("-canary"), "{err}");
+        ms.metadata.name = Some("a".repeat(56));
+        assert!(validate(&ms, "default").is_ok());
     }
 
     #[test]

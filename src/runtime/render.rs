@@ -50,6 +50,27 @@ mod tests {
     const ALPHA: &str = "apiVersion: serving.modelservice.dev/v1alpha1\nkind: ModelService\nmetadata: {name: tiny}\nspec: {model: m, image: i, gpus: 0}\n";
 
     #[test]
+    fn the_canary_sample_renders_both_tracks_and_the_weighted_route() {
+        let yaml = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("config/samples/canary-route.yaml"),
+        )
+        .expect("sample");
+        let out = render(&yaml, "ml").expect("renders");
+        for want in [
+            "name: llama-8b-canary",
+            "name: llama-8b-stable",
+            "kind: HTTPRoute",
+            "serving.modelservice.dev/track: canary",
+            "weight: 90",
+            "weight: 10",
+            "image: vllm/vllm-openai:v0.9.0",
+        ] {
+            assert!(out.contains(want), "{want} missing from:\n{out}");
+        }
+    }
+
+    #[test]
     fn renders_deployment_and_service_without_a_cluster() {
         let out = render(MS, "team").expect("renders");
         assert!(out.contains("kind: Deployment") && out.contains("kind: Service"));
