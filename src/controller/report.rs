@@ -38,7 +38,7 @@ pub async fn report(
         .patch_status(
             &name,
             &PatchParams::apply(FIELD_MANAGER),
-            &Patch::Merge(status_patch(new)?),
+            &Patch::Merge(status_patch_from(current, new)?),
         )
         .await
         .map_err(|e| Error::kube(format!("writing status of {ns}/{name}"), e))?;
@@ -78,10 +78,26 @@ pub fn effective_status(ctx: &Context, ms: &ModelService) -> Option<ModelService
 /// A merge patch that sets every status field, with explicit nulls for the
 /// ones that are now unset (a merge patch leaves absent keys alone).
 pub fn status_patch(new: &ModelServiceStatus) -> Result<Value, Error> {
-    let mut v = serde_json::to_value(new).map_err(|source| Error::Serialize {
-        what: "status",
-        source,
-    })?;
+    status_patch_from(None, new)
+}
+
+/// [`status_patch`], also clearing what `current` has and `new` has not at
+/// any depth: a merge patch merges nested objects too, so a `status.route`
+/// without a `message` would otherwise keep the old message.
+pub fn status_patch_from(
+    current: Option<&ModelServiceStatus>,
+    new: &ModelServiceStatus,
+) -> Result<Value, Error> {
+    let ser = |s: &ModelServiceStatus| {
+        serde_json::to_value(s).map_err(|source| Error::Serialize {
+            what: "status",
+            source,
+        })
+    };
+    let mut v = ser(new)?;
+    if let Some(cur) = current {
+        null_removed(&ser(cur)?, &mut v);
+    }
     if let Value::Object(map) = &mut v {
         for key in [
             "observedGeneration",
@@ -98,6 +114,21 @@ pub fn status_patch(new: &ModelServiceStatus) -> Result<Value, Error> {
         }
     }
     Ok(json!({ "status": v }))
+}
+
+/// Sets to null every key of `old` that `new` lacks, in nested objects too
+/// (lists are replaced whole by a merge patch, so they are left alone).
+fn null_removed(old: &Value, new: &mut Value) {
+    if let (Value::Object(o), Value::Object(n)) = (old, new) {
+        for (k, ov) in o {
+            match n.get_mut(k) {
+                None => {
+                    n.insert(k.clone(), Value::Null);
+                }
+                Some(nv) => null_removed(ov, nv),
+            }
+        }
+    }
 }
 
 /// The Event to emit when the Degraded cause changed: a warning naming the
@@ -224,6 +255,30 @@ mod tests {
             canary_rolled_back(Some(&canary(false)), &canary(true)),
             None
         );
+    }
+
+    #[test]
+    fn the_patch_clears_nested_fields_that_are_gone() {
+        let mut old = ModelServiceStatus::default();
+        old.route = Some(crate::api::RouteStatus {
+            name: "m".into(),
+            accepted: None,
+            message: Some("waiting".into()),
+            parents: vec![],
+        });
+        let mut new = old.clone();
+        if let Some(r) = new.route.as_mut() {
+            r.accepted = Some(true);
+            r.message = None;
+        }
+        let p = status_patch_from(Some(&old), &new).expect("patch");
+        assert_eq!(p["status"]["route"]["message"], Value::Null);
+        assert!(
+            p["status"]["route"]
+                .as_object()
+                .is_some_and(|m| m.contains_key("message"))
+        );
+        assert_eq!(p["status"]["route"]["accepted"], true);
     }
 
     #[test]

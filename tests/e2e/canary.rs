@@ -189,6 +189,34 @@ async fn a_canary_serves_beside_the_stable_track_and_gets_weight_only_once_ready
             .is_some_and(|m| m.contains("waiting for the Gateways")),
         "no Gateway controller, so not accepted yet: {route:?}"
     );
+    // A Gateway controller accepts the route: status says so.
+    env.routes()
+        .patch_status(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&json!({"status": {"parents": [{
+                "parentRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gateway"},
+                "controllerName": "example.com/gateway-controller",
+                "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted",
+                    "message": "", "observedGeneration": 1,
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"}]}]}})),
+        )
+        .await
+        .expect("write the route's status as a Gateway controller");
+    let ms = wait_ms(&env, name, "the route accepted", CONVERGE, |ms| {
+        ms.status
+            .as_ref()
+            .and_then(|s| s.route.as_ref())
+            .is_some_and(|r| r.accepted == Some(true))
+    })
+    .await;
+    let route = ms
+        .status
+        .as_ref()
+        .and_then(|s| s.route.clone())
+        .expect("route status");
+    assert_eq!(route.parents[0].parent, "gateway");
+    assert_eq!(route.message, None, "accepted, weights as asked");
 
     // Removing the canary removes its children (a manual rollback).
     env.apply_ms_v1beta1(name, spec(&serving_image(), 2, None))
