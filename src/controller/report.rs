@@ -259,13 +259,15 @@ mod tests {
 
     #[test]
     fn the_patch_clears_nested_fields_that_are_gone() {
-        let mut old = ModelServiceStatus::default();
-        old.route = Some(crate::api::RouteStatus {
-            name: "m".into(),
-            accepted: None,
-            message: Some("waiting".into()),
-            parents: vec![],
-        });
+        let old = ModelServiceStatus {
+            route: Some(crate::api::RouteStatus {
+                name: "m".into(),
+                accepted: None,
+                message: Some("waiting".into()),
+                parents: vec![],
+            }),
+            ..ModelServiceStatus::default()
+        };
         let mut new = old.clone();
         if let Some(r) = new.route.as_mut() {
             r.accepted = Some(true);

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -139,9 +139,32 @@ async fn build_manager(
         .with_identity(cfg.identity.clone())
         .with_duration(secs)
         .with_grace((secs / 3).max(2))
-        .with_field_manager(format!("{FIELD_MANAGER}-lease"))
+        .with_field_manager(lease_field_manager(&cfg.identity))
         .build()
         .await
+}
+
+/// A fresh manager, which reads the Lease: what notices a release before
+/// the cached view expires.
+async fn reread(candidate: &mut Candidate) {
+    match build_manager(&candidate.client, &candidate.cfg).await {
+        Ok(m) => candidate.manager = m,
+        Err(e) => warn!(error = %e, "could not re-read the lease"),
+    }
+}
+
+/// The field manager of one candidate's Lease writes: its own. Taking a
+/// free Lease is a server-side apply without force, which must fail with a
+/// conflict when another candidate has just taken it; two candidates that
+/// share a field manager never conflict, so both would "win" a race for a
+/// new Lease and lead at once until the first renewal (seen in CI: one
+/// replica then exits as having lost the lease, and the other may be the
+/// one that is stopped next).
+fn lease_field_manager(identity: &str) -> String {
+    let mut m = format!("{FIELD_MANAGER}-lease-{identity}");
+    // The API server accepts field managers of at most 128 characters.
+    m.truncate(128);
+    m
 }
 
 /// What the campaign needs to rebuild its manager.
@@ -151,24 +174,38 @@ struct Candidate {
     manager: LeaseManager,
 }
 
-/// A stream that yields whenever the Lease is seen without a holder.
+/// A stream that yields whenever the Lease is seen without a holder. Its
+/// watch backs off on errors: without that, a watch that keeps failing would
+/// relist at once, over and over, and yield the freed Lease each time.
 fn lease_freed(api: Api<Lease>) -> impl futures::Stream<Item = ()> + Send + Unpin {
+    let config = watcher::Config::default().fields(&format!("metadata.name={LEASE_NAME}"));
     Box::pin(
-        watcher::watch_object(api, LEASE_NAME).filter_map(|ev| async move {
-            match ev {
-                Ok(Some(lease)) => {
-                    let holder = lease
-                        .spec
+        watcher::watcher(api, config)
+            .default_backoff()
+            .filter_map(|ev| async move {
+                let freed = |l: Lease| {
+                    l.spec
                         .and_then(|s| s.holder_identity)
-                        .unwrap_or_default();
-                    holder.is_empty().then_some(())
+                        .is_none_or(|h| h.is_empty())
+                };
+                match ev {
+                    Ok(watcher::Event::Apply(l) | watcher::Event::InitApply(l)) => {
+                        freed(l).then_some(())
+                    }
+                    Ok(watcher::Event::Delete(_)) => Some(()),
+                    _ => None,
                 }
-                Ok(None) => Some(()),
-                Err(_) => None,
-            }
-        }),
+            }),
     )
 }
+
+/// How long a standby that has just re-read a freed Lease waits before it
+/// acts on another "freed" sighting. Each re-read rebuilds the lease manager
+/// and so cancels the attempt to take the Lease under way: a burst of
+/// sightings (a relisting watch, a release and a late renewal) must not
+/// starve that attempt. A sighting within the window is acted on when it
+/// ends, never dropped: it may be the release that matters.
+const REREAD_QUIET: Duration = Duration::from_millis(500);
 
 async fn campaign(
     mut candidate: Candidate,
@@ -179,6 +216,8 @@ async fn campaign(
     mut release: oneshot::Receiver<oneshot::Sender<()>>,
     mut freed: impl futures::Stream<Item = ()> + Send + Unpin,
 ) {
+    let mut quiet_until = tokio::time::Instant::now();
+    let mut deferred = false;
     loop {
         tokio::select! {
             biased;
@@ -221,11 +260,29 @@ async fn campaign(
             // trusts its cached view of the lease until it expires, so a
             // fresh one (which reads the Lease) is what notices the release.
             Some(()) = freed.next(), if !leadership.is_leader() => {
-                match build_manager(&candidate.client, &candidate.cfg).await {
-                    Ok(m) => candidate.manager = m,
-                    Err(e) => warn!(error = %e, "could not re-read the lease"),
+                if tokio::time::Instant::now() < quiet_until {
+                    deferred = true;
+                    continue;
                 }
+                reread(&mut candidate).await;
+                quiet_until = tokio::time::Instant::now() + REREAD_QUIET;
+            }
+            () = tokio::time::sleep_until(quiet_until), if deferred && !leadership.is_leader() => {
+                deferred = false;
+                reread(&mut candidate).await;
+                quiet_until = tokio::time::Instant::now() + REREAD_QUIET;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_candidate_writes_the_lease_as_its_own_field_manager() {
+        assert_ne!(lease_field_manager("pod-a"), lease_field_manager("pod-b"));
+        assert!(lease_field_manager(&"x".repeat(300)).len() <= 128);
     }
 }

@@ -59,7 +59,8 @@ async fn only_the_leader_writes_and_sigterm_hands_over_at_once() {
     eprintln!("leader handover took {took:?}");
     assert!(
         took < Duration::from_secs(10),
-        "handover took {took:?}: the lease was not released on SIGTERM"
+        "handover took {took:?}: the lease was not released on SIGTERM; the standby's log:\n{}",
+        standby.logs()
     );
 
     // The new leader acts on changes.
