@@ -352,3 +352,84 @@ async fn a_deleted_object_leaves_nothing_behind_in_memory() {
     assert!(w.ctx.written_status.is_empty(), "status forgotten");
     assert!(w.ctx.finalized.is_empty(), "finalizer patch forgotten");
 }
+
+#[tokio::test]
+async fn a_crash_looping_canary_is_rolled_back_and_stays_so_when_its_pods_are_gone() {
+    let w = world(true).await;
+    let mut s = spec();
+    s["rollout"] = json!({"canary": {"runtime": {"image": "example/crashloop:1"}}});
+    let ms = w.create("c", s.clone()).await;
+    w.reconcile(ms).await;
+    let canary = w.api::<Deployment>().get("c-canary").await.expect("canary");
+    assert_eq!(canary.spec.replicas, Some(1));
+
+    // Its pod crash-loops, as the kubelet reports it; the Deployment says so.
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "c-canary-1", "namespace": NS, "labels": {
+            "app.kubernetes.io/instance": "c", "app.kubernetes.io/name": "modelservice",
+            "serving.modelservice.dev/track": "canary"}},
+        "spec": {"containers": [{"name": "server", "image": "example/crashloop:1"}]}}))
+    .expect("pod");
+    let pods = w.api::<k8s_openapi::api::core::v1::Pod>();
+    pods.create(&Default::default(), &pod).await.expect("pod");
+    pods.patch_status(
+        "c-canary-1",
+        &PatchParams::default(),
+        &Patch::Merge(
+            &json!({"status": {"phase": "Running", "containerStatuses": [{
+            "name": "server", "image": "example/crashloop:1", "imageID": "", "ready": false,
+            "restartCount": 3, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}}),
+        ),
+    )
+    .await
+    .expect("pod status");
+    w.api::<Deployment>()
+        .patch_status(
+            "c-canary",
+            &PatchParams::default(),
+            &Patch::Merge(
+                &json!({"status": {"observedGeneration": canary.metadata.generation,
+                "replicas": 1, "updatedReplicas": 1, "readyReplicas": 0, "availableReplicas": 0}}),
+            ),
+        )
+        .await
+        .expect("deployment status");
+    let w = w.synced().await;
+    w.reconcile(w.get("c").await).await;
+    let canary = w.api::<Deployment>().get("c-canary").await.expect("canary");
+    assert_eq!(canary.spec.replicas, Some(0), "rolled back");
+    let ms = w.get("c").await;
+    assert_eq!(
+        condition(&ms, "CanaryHealthy"),
+        Some(("False".into(), "CrashLooping".into()))
+    );
+    let stable = w.api::<Deployment>().get("c").await.expect("stable");
+    assert_eq!(
+        stable
+            .spec
+            .template
+            .spec
+            .as_ref()
+            .and_then(|p| p.containers[0].image.clone()),
+        Some("vllm/vllm-openai:v0.8.5".to_string()),
+        "the stable track is untouched"
+    );
+
+    // The pods are gone; the rollback holds, across a fresh reconcile.
+    pods.delete("c-canary-1", &DeleteParams::default())
+        .await
+        .expect("delete pod");
+    let w = w.synced().await;
+    w.reconcile(w.get("c").await).await;
+    let canary = w.api::<Deployment>().get("c-canary").await.expect("canary");
+    assert_eq!(canary.spec.replicas, Some(0), "still rolled back");
+
+    // A new canary image tries again.
+    s["rollout"]["canary"]["runtime"]["image"] = json!("example/good:2");
+    let ms = w.create("c", s).await;
+    w.reconcile(ms).await;
+    let canary = w.api::<Deployment>().get("c-canary").await.expect("canary");
+    assert_eq!(canary.spec.replicas, Some(1), "a new template is tried");
+}
