@@ -455,7 +455,11 @@ fn a_v1alpha1_object_never_surges_and_a_v1beta1_surge_policy_survives_v1alpha1()
         "spec": {"model": "m", "image": "i"}});
     let beta = convert(alpha.clone(), V1BETA1);
     assert_eq!(beta["spec"]["rollout"], json!({"surge": "Never"}));
-    assert_eq!(convert(beta, V1ALPHA1), alpha, "Never is what v1alpha1 means");
+    assert_eq!(
+        convert(beta, V1ALPHA1),
+        alpha,
+        "Never is what v1alpha1 means"
+    );
     for surge in [json!("Auto"), json!("Never")] {
         let mut b = sglang();
         b["spec"]["rollout"] = json!({"surge": surge});

@@ -17,7 +17,7 @@ use super::children::{Cached, ScaledObjectChild};
 use super::guarded::Guarded;
 use super::lean::LeanDeployment;
 use super::observe::{cached, pods};
-use super::{Context, Error, apply, invalid, report};
+use super::{Context, Error, apply, invalid, report, surge};
 use crate::api::{Engine, ModelService};
 use crate::core::diagnosis::{GpuRequest, Problem};
 use crate::core::status::{KedaSeen, Observed, compute, needs_pods, now_seconds};
@@ -167,10 +167,12 @@ async fn validate_build_apply(
             return Ok(Acted::blocked(ctx, ns, name, p, None));
         }
     };
-    let children = build_children(&valid, Some(&owner));
-    match apply::apply_children(ctx, &ms.object_ref(&()), &uid, &children).await {
+    let mut children = build_children(&valid, Some(&owner));
+    let reference = ms.object_ref(&());
+    let decision = surge::settle(ctx, &valid, &reference, &mut children.deployment).await;
+    match apply::apply_children(ctx, &reference, &uid, &children).await {
         Ok(applied) => Ok(Acted {
-            deployment: Some(applied.deployment),
+            deployment: Some(surge::remembered(ctx, decision, applied.deployment)),
             scaled_object: applied.scaled_object,
             blocked: None,
             unavailable: applied.unavailable,
@@ -218,6 +220,7 @@ async fn report_status(
         .as_ref()
         .filter(|a| a.engine() == Engine::Keda);
     let scaled_object_status = acted.scaled_object.as_ref().and_then(|s| s.status.as_ref());
+    let rollout_decision = acted.deployment.as_ref().and_then(surge::on);
     let observed = Observed {
         name,
         namespace: ns,
@@ -229,6 +232,7 @@ async fn report_status(
         },
         blocked: acted.blocked.clone(),
         deployment: acted.deployment.as_ref().map(|d| d.state()),
+        surge: rollout_decision.as_ref().map(|d| d.message.as_str()),
         pods,
         autoscaler: keda.map(|_| KedaSeen {
             installed: !acted.unavailable.iter().any(|k| k == "ScaledObject"),

@@ -15,11 +15,13 @@ pub mod hpa;
 pub mod keda;
 pub mod labels;
 pub mod preset;
+pub mod quantity;
 pub mod reasons;
 pub mod rollout;
 pub mod service;
 pub mod status;
 pub mod subset;
+pub mod surge;
 pub mod validate;
 
 pub use children::{Children, build_children};
