@@ -19,5 +19,6 @@ mod permissions;
 mod process;
 mod scale;
 mod steady_state;
+mod surge;
 mod upgrade;
 mod versions;
