@@ -72,6 +72,7 @@ async fn every_call_the_operator_makes_is_granted() {
         deployment(&env, "rbac-surge")
     })
     .await;
+    wait_ms(&env, "rbac-surge", "status", CONVERGE, |_| true).await;
     env.apply_ms_v1beta1("rbac-surge", surging("vllm/vllm-openai:v0.9.0"))
         .await;
     wait_for("the surge decision", CONVERGE, || async {
