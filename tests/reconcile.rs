@@ -509,3 +509,29 @@ async fn surge_never_and_recreate_decide_nothing() {
         assert_eq!(node_lists(&w), 0, "{rollout}");
     }
 }
+
+#[tokio::test]
+async fn rollouts_that_start_together_share_one_read_and_one_free_gpu() {
+    let w = world(true).await;
+    node(&w, "gpu-1", "1").await;
+    for name in ["a", "b"] {
+        w.reconcile(w.create(name, surge_spec("vllm/vllm-openai:v0.8.5")).await)
+            .await;
+    }
+    let w = w.synced().await;
+    for name in ["a", "b"] {
+        w.reconcile(w.create(name, surge_spec("vllm/vllm-openai:v0.9.0")).await)
+            .await;
+    }
+    let mut surges = Vec::new();
+    for name in ["a", "b"] {
+        let d = w.api::<Deployment>().get(name).await.expect("Deployment");
+        surges.push(decision(&d).expect("a decision").surge);
+    }
+    assert_eq!(surges, [true, false], "one free GPU, one surge");
+    assert_eq!(
+        node_lists(&w),
+        1,
+        "the second rollout used the first one's read"
+    );
+}

@@ -6,10 +6,14 @@
 //! decision (the cache may not show our write yet), then the cached
 //! Deployment's annotation, then the cached Deployment's fingerprint. Only a
 //! pod template that really changes on an existing Deployment reads the
-//! cluster: one node list and one pod list, paged, with no cache kept, so a
-//! settled operator pays nothing for this feature.
+//! cluster: one node list and one pod list, paged, nothing watched, so a
+//! settled operator pays nothing for this feature. Rollouts that start
+//! within [`SHARED_FOR`] of one read share it, each surge reserving its GPUs
+//! in it: a change that rolls out a thousand models reads the cluster a few
+//! times, not a thousand times (each read is of every pod in the cluster).
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
@@ -20,9 +24,10 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tracing::info;
 
+use super::Context;
 use super::lean::LeanDeployment;
 use super::observe::cached;
-use super::{Context, recent};
+use super::recent::{self, Recent};
 use crate::api::{RolloutStrategy, Surge};
 use crate::core::ValidSpec;
 use crate::core::fingerprint;
@@ -35,6 +40,39 @@ pub const ACTIVE_PODS: &str = "status.phase!=Succeeded,status.phase!=Failed";
 /// Items per list page: a large cluster's pods are read a page at a time and
 /// reduced to per-node sums, never held all at once.
 const PAGE: u32 = 500;
+
+/// How long one read of the cluster serves the decisions that follow it.
+/// Longer saves reads in a mass rollout; shorter misses fewer GPUs freed or
+/// taken by others meanwhile (our own surges are reserved in it).
+pub const SHARED_FOR: Duration = Duration::from_secs(5);
+
+/// What this process remembers for its surge decisions (in `Context`).
+#[derive(Default)]
+pub struct Memory {
+    /// Decisions we applied, until the Deployment cache shows them.
+    recent: Recent<Decision>,
+    /// The last read of the cluster, shared by the decisions that follow it.
+    /// Behind an async lock, so that concurrent rollout starts wait for one
+    /// read instead of each making their own.
+    read: tokio::sync::Mutex<Option<Read>>,
+}
+
+impl Memory {
+    /// Forgets what was remembered of one ModelService (deleted).
+    pub fn forget(&self, namespace: &str, name: &str) {
+        self.recent.forget(&key(namespace, name));
+    }
+}
+
+/// One read of the cluster, for one GPU resource.
+struct Read {
+    at: Instant,
+    resource: String,
+    nodes: Vec<Node>,
+    /// Milli-units of the resource requested per node, with our surges
+    /// since the read added.
+    used: BTreeMap<String, i128>,
+}
 
 /// Stamps the desired Deployment with its surge decision, taking one when a
 /// rollout starts; `None` (the Deployment as built) when there is no
@@ -57,7 +95,7 @@ pub async fn settle(
     let cached_rv = current
         .as_ref()
         .and_then(|c| c.meta().resource_version.clone());
-    let recent = ctx.decisions.newer_than_cache(
+    let recent = ctx.surge.recent.newer_than_cache(
         &key(ns, name),
         cached_rv.as_deref(),
         &ctx.stores.deployments.fresh,
@@ -106,7 +144,8 @@ pub fn remembered(
     if let (Some(decision), Some(ns), Some(name)) =
         (decision, meta.namespace.as_deref(), meta.name.as_deref())
     {
-        ctx.decisions
+        ctx.surge
+            .recent
             .record(&key(ns, name), meta.resource_version.as_deref(), decision);
     }
     applied
@@ -118,25 +157,59 @@ pub fn on(deployment: &LeanDeployment) -> Option<Decision> {
 }
 
 /// The key of a Deployment's decision in `Context::decisions`.
-pub fn key(namespace: &str, name: &str) -> String {
+fn key(namespace: &str, name: &str) -> String {
     recent::key("Deployment", namespace, name)
 }
 
-/// Reads the cluster and decides; a read that fails decides replace.
+/// Decides from a read of the cluster no older than [`SHARED_FOR`], made
+/// now if there is none; a read that fails decides replace (and is not
+/// kept: the next rollout tries again).
 async fn decide(ctx: &Context, template: &str, demand: &Demand<'_>) -> Decision {
+    let mut shared = ctx.surge.read.lock().await;
+    let fresh = shared
+        .as_ref()
+        .is_some_and(|r| r.resource == demand.resource && r.at.elapsed() < SHARED_FOR);
+    if !fresh {
+        *shared = None;
+        match read(ctx, demand.resource).await {
+            Ok(r) => *shared = Some(r),
+            Err(why) => return surge::unreadable(template, demand, &why),
+        }
+    }
+    match shared.as_mut() {
+        Some(r) => surge::decide_and_reserve(template, demand, &r.nodes, &mut r.used),
+        None => surge::unreadable(template, demand, "no read"),
+    }
+}
+
+/// One node list and one paged pod list, the pods reduced to per-node sums.
+async fn read(ctx: &Context, resource: &str) -> Result<Read, String> {
+    let at = Instant::now();
     let mut nodes: Vec<Node> = Vec::new();
-    if let Err(why) = each_page(ctx, ListParams::default(), |page| nodes.extend(page)).await {
-        return surge::unreadable(template, demand, &format!("listing nodes: {why}"));
-    }
+    each_page(ctx, ListParams::default(), |page| nodes.extend(page))
+        .await
+        .map_err(|why| format!("listing nodes: {why}"))?;
     let mut used = BTreeMap::new();
+    let mut pods = 0usize;
     let active = ListParams::default().fields(ACTIVE_PODS);
-    let pods = each_page::<Pod>(ctx, active, |page| {
-        surge::add_usage(&mut used, &page, demand.resource);
-    });
-    match pods.await {
-        Ok(()) => surge::decide(template, demand, &nodes, &used),
-        Err(why) => surge::unreadable(template, demand, &format!("listing pods: {why}")),
-    }
+    each_page::<Pod>(ctx, active, |page| {
+        pods += page.len();
+        surge::add_usage(&mut used, &page, resource);
+    })
+    .await
+    .map_err(|why| format!("listing pods: {why}"))?;
+    info!(
+        nodes = nodes.len(),
+        pods,
+        took_ms = at.elapsed().as_millis() as u64,
+        "read the cluster's free GPUs for a rollout"
+    );
+    Ok(Read {
+        at,
+        resource: resource.to_string(),
+        nodes,
+        used,
+    })
 }
 
 /// A cluster-wide list, handed to `each` one page at a time.

@@ -161,15 +161,43 @@ pub fn decide(
     nodes: &[Node],
     used: &BTreeMap<String, i128>,
 ) -> Decision {
+    choose(template, demand, nodes, used).0
+}
+
+/// [`decide`], then a surge's GPUs are taken from `used` on the node the
+/// surge pod would go to: decisions that share one read of the cluster (a
+/// GitOps change that rolls out many models at once) do not all count on
+/// the same free GPU.
+pub fn decide_and_reserve(
+    template: &str,
+    demand: &Demand<'_>,
+    nodes: &[Node],
+    used: &mut BTreeMap<String, i128>,
+) -> Decision {
+    let (decision, node) = choose(template, demand, nodes, used);
+    if let Some(node) = node {
+        *used.entry(node).or_insert(0) += i128::from(demand.gpus.max(0)) * 1000;
+    }
+    decision
+}
+
+/// The decision, and the node the surge pod would go to.
+fn choose(
+    template: &str,
+    demand: &Demand<'_>,
+    nodes: &[Node],
+    used: &BTreeMap<String, i128>,
+) -> (Decision, Option<String>) {
     let resource = demand.resource;
     if demand.gpus <= 0 {
-        return Decision {
+        let decision = Decision {
             template: template.into(),
             surge: true,
             message: format!(
                 "surging: the pods request no {resource}, so a surge pod needs none free"
             ),
         };
+        return (decision, None);
     }
     let need = i128::from(demand.gpus) * 1000;
     let mut candidates: Vec<(&str, i128)> = nodes
@@ -184,14 +212,17 @@ pub fn decide(
     // Most free first, then by name: the same cluster gives the same message.
     candidates.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
     match candidates.first() {
-        Some((name, free)) if *free >= need => Decision {
-            template: template.into(),
-            surge: true,
-            message: format!(
-                "surging: node {name} has {} free {resource}",
-                free.div_euclid(1000)
-            ),
-        },
+        Some((name, free)) if *free >= need => {
+            let decision = Decision {
+                template: template.into(),
+                surge: true,
+                message: format!(
+                    "surging: node {name} has {} free {resource}",
+                    free.div_euclid(1000)
+                ),
+            };
+            (decision, Some(name.to_string()))
+        }
         best => {
             let detail = match best {
                 None => format!(
@@ -205,14 +236,15 @@ pub fn decide(
                     (*free).max(0).div_euclid(1000)
                 ),
             };
-            Decision {
+            let decision = Decision {
                 template: template.into(),
                 surge: false,
                 message: format!(
                     "replacing: no schedulable node that matches the pods' nodeSelector and tolerations has {} free {resource} ({detail})",
                     demand.gpus
                 ),
-            }
+            };
+            (decision, None)
         }
     }
 }
@@ -617,6 +649,24 @@ mod tests {
         let overhead = p(json!({"containers": [c("a", limit("1"))], "overhead": {GPU: "1"}}));
         assert_eq!(pod_request(&overhead, GPU), 2000);
         assert_eq!(pod_request(&two, "amd.com/gpu"), 0);
+    }
+
+    #[test]
+    fn decisions_that_share_one_read_do_not_count_on_the_same_gpu() {
+        let nodes = [node("gpu-1", "2"), node("gpu-2", "2")];
+        let mut used = used(&[pod("a", "gpu-1", "1"), pod("b", "gpu-2", "2")]);
+        let s = Spec::new(1);
+        let first = decide_and_reserve("t1", &s.demand(), &nodes, &mut used);
+        assert_eq!(
+            first.message,
+            "surging: node gpu-1 has 1 free nvidia.com/gpu"
+        );
+        let second = decide_and_reserve("t2", &s.demand(), &nodes, &mut used);
+        assert!(!second.surge, "{}", second.message);
+        assert_eq!(used.get("gpu-1"), Some(&2000));
+        // A replace and a CPU model take nothing.
+        decide_and_reserve("t3", &Spec::new(0).demand(), &nodes, &mut used);
+        assert_eq!(used.get("gpu-1"), Some(&2000));
     }
 
     #[test]
