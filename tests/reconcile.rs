@@ -535,3 +535,23 @@ async fn rollouts_that_start_together_share_one_read_and_one_free_gpu() {
         "the second rollout used the first one's read"
     );
 }
+
+#[tokio::test]
+async fn a_model_without_gpus_surges_without_reading_the_cluster() {
+    let w = world(true).await;
+    let mut spec = surge_spec("vllm/vllm-openai:v0.8.5");
+    spec["resources"]["gpus"] = json!(0);
+    w.reconcile(w.create("cpu", spec.clone()).await).await;
+    let w = w.synced().await;
+    spec["runtime"]["image"] = json!("vllm/vllm-openai:v0.9.0");
+    w.reconcile(w.create("cpu", spec).await).await;
+    let dep = w.api::<Deployment>().get("cpu").await.expect("Deployment");
+    let d = decision(&dep).expect("a decision");
+    assert!(d.surge, "{}", d.message);
+    assert!(
+        d.message.contains("request no nvidia.com/gpu"),
+        "{}",
+        d.message
+    );
+    assert_eq!(node_lists(&w), 0);
+}

@@ -165,6 +165,10 @@ fn key(namespace: &str, name: &str) -> String {
 /// now if there is none; a read that fails decides replace (and is not
 /// kept: the next rollout tries again).
 async fn decide(ctx: &Context, template: &str, demand: &Demand<'_>) -> Decision {
+    if demand.gpus <= 0 {
+        // A pod without GPUs needs no free ones: nothing to read.
+        return surge::decide(template, demand, &[], &BTreeMap::new());
+    }
     let mut shared = ctx.surge.read.lock().await;
     let fresh = shared
         .as_ref()
