@@ -127,7 +127,7 @@ impl Metrics {
         let surge_decisions = IntCounterVec::new(
             Opts::new(
                 "modelservice_surge_decisions_total",
-                "Rollouts with surge Auto whose start read the cluster's nodes and pods (one node list and one pod list each), by the decision taken: surge or replace.",
+                "Rollout starts with surge Auto decided from the cluster's nodes and pods (one read serves the rollouts that start within 5 s of it), by the decision taken: surge or replace.",
             ),
             &["decision"],
         )?;
