@@ -168,9 +168,8 @@ async fn validate_build_apply(
         }
     };
     let mut children = build_children(&valid, Some(&owner));
-    let reference = ms.object_ref(&());
-    let decision = surge::settle(ctx, &valid, &reference, &mut children.deployment).await;
-    match apply::apply_children(ctx, &reference, &uid, &children).await {
+    let decision = surge::settle(ctx, &valid, &mut children.deployment).await;
+    match apply::apply_children(ctx, &ms.object_ref(&()), &uid, &children).await {
         Ok(applied) => Ok(Acted {
             deployment: Some(surge::remembered(ctx, decision, applied.deployment)),
             scaled_object: applied.scaled_object,

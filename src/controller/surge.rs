@@ -16,9 +16,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::ListParams;
-use kube::runtime::events::EventType;
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -79,12 +78,7 @@ struct Read {
 /// decision to carry: surge Never, Recreate, a new Deployment or an
 /// unchanged template. Never fails: a cluster that cannot be read means
 /// replace, and the message says why.
-pub async fn settle(
-    ctx: &Context,
-    v: &ValidSpec,
-    owner: &ObjectReference,
-    desired: &mut Deployment,
-) -> Option<Decision> {
+pub async fn settle(ctx: &Context, v: &ValidSpec, desired: &mut Deployment) -> Option<Decision> {
     let rollout = &v.spec.rollout;
     if rollout.strategy != RolloutStrategy::RollingUpdate || rollout.surge() != Surge::Auto {
         return None;
@@ -115,15 +109,10 @@ pub async fn settle(
         Plan::Decide => {
             let d = decide(ctx, &template, &Demand::of(v)).await;
             ctx.metrics.surge_decision(d.surge);
+            // No Event of its own: the apply's "Updated Deployment" Event
+            // already marks the rollout, and a mass rollout would double the
+            // Events (and drop some) to repeat what Progressing says.
             info!(surge = d.surge, message = %d.message, "rollout starts");
-            let reason = if d.surge { "Surging" } else { "Replacing" };
-            ctx.events.publish(
-                owner,
-                EventType::Normal,
-                reason,
-                "Rollout",
-                format!("Rollout of a new pod template: {}", d.message),
-            );
             d
         }
     };
