@@ -148,6 +148,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "default": {},
     # --set watchNamespace=ml
     "watch-namespace": {"watchNamespace": "ml"},
+    # --set rbac.clusterCapacity=false: no cluster-wide reads for rollout.surge Auto
+    "no-capacity": {"rbac": {"clusterCapacity": False}},
     # --set metrics.serviceMonitor.enabled=true,networkPolicy.enabled=true,podDisruptionBudget.enabled=true
     "monitoring": {
         "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
@@ -250,7 +252,7 @@ def template_default() -> str:
         [
             "CustomResourceDefinition",
             "ServiceAccount",
-            *["ClusterRole", "ClusterRoleBinding"] * 2,  # workloads, the CRD
+            *["ClusterRole", "ClusterRoleBinding"] * 3,  # workloads, the CRD, free GPUs (surge)
             *["Role", "RoleBinding"] * 2,  # the Lease, the webhook Secret
             "Deployment",
             "Service",
@@ -282,12 +284,23 @@ def template_watch_namespace() -> str:
     objs = render_scenario("watch-namespace")
     check_deployment(one(objs, "Deployment"), watch_ns="ml")
     crs = [o["metadata"]["name"] for o in find(objs, "ClusterRole")]
-    expect(crs == [f"{RELEASE}-crd"], f"watchNamespace: the only ClusterRole must be the CRD's, got {crs}")
+    expect(
+        sorted(crs) == [f"{RELEASE}-capacity", f"{RELEASE}-crd"],
+        f"watchNamespace: the only ClusterRoles must be the CRD's and the free-GPU reads', got {crs}",
+    )
     roles = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in find(objs, "Role")}
     expect(any(ns == "ml" for ns, _ in roles), f"no Role in namespace ml: {roles}")
     expect(any(ns == RELEASE_NS for ns, _ in roles), f"no lease Role in {RELEASE_NS}: {roles}")
     check_labels(objs)
-    return "Role/RoleBinding in ml, lease Role in " + RELEASE_NS + ", only the CRD's ClusterRole"
+    return "Role/RoleBinding in ml, lease Role in " + RELEASE_NS + ", only the CRD's and the capacity ClusterRoles"
+
+
+@check("helm template: rbac.clusterCapacity=false")
+def template_no_capacity() -> str:
+    objs = render_scenario("no-capacity")
+    crs = sorted(o["metadata"]["name"] for o in find(objs, "ClusterRole"))
+    expect(crs == [RELEASE, f"{RELEASE}-crd"], f"no capacity ClusterRole expected, got {crs}")
+    return "ClusterRoles " + ", ".join(crs)
 
 
 @check("helm template: serviceMonitor + networkPolicy + pdb on")

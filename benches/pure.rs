@@ -67,6 +67,7 @@ fn pure_path(c: &mut Criterion) {
                 },
                 blocked: None,
                 deployment: Some((&observed_dep).into()),
+                surge: None,
                 pods: &[],
                 autoscaler: None,
                 canary: None,

@@ -32,6 +32,7 @@ pub struct Metrics {
     watch_errors: IntCounterVec,
     migration_left: IntGauge,
     migration_done: IntGauge,
+    surge_decisions: IntCounterVec,
     /// (ready, reason) per namespace/name, to recompute the aggregate gauges.
     states: Mutex<HashMap<(String, String), (bool, String)>>,
 }
@@ -123,6 +124,16 @@ impl Metrics {
             "modelservice_storage_migration_complete",
             "1 once every ModelService is stored in the storage version and older versions are gone from the CRD's storedVersions (leader only).",
         )?;
+        let surge_decisions = IntCounterVec::new(
+            Opts::new(
+                "modelservice_surge_decisions_total",
+                "Rollout starts with surge Auto decided from the cluster's nodes and pods (one read serves the rollouts that start within 5 s of it), by the decision taken: surge or replace.",
+            ),
+            &["decision"],
+        )?;
+        for label in ["surge", "replace"] {
+            surge_decisions.with_label_values(&[label]);
+        }
         // Both series exist from the start, so "0 not ready" is a reading.
         for label in ["True", "False"] {
             by_ready.with_label_values(&[label]).set(0);
@@ -140,6 +151,7 @@ impl Metrics {
         registry.register(Box::new(leader.clone()))?;
         registry.register(Box::new(migration_left.clone()))?;
         registry.register(Box::new(migration_done.clone()))?;
+        registry.register(Box::new(surge_decisions.clone()))?;
         Ok(Self {
             registry,
             reconciles,
@@ -155,6 +167,7 @@ impl Metrics {
             watch_errors,
             migration_left,
             migration_done,
+            surge_decisions,
             states: Mutex::new(HashMap::new()),
         })
     }
@@ -192,6 +205,12 @@ impl Metrics {
     pub fn storage_migration(&self, remaining: i64, complete: bool) {
         self.migration_left.set(remaining);
         self.migration_done.set(i64::from(complete));
+    }
+
+    /// A rollout start read the cluster and decided (see `core::surge`).
+    pub fn surge_decision(&self, surge: bool) {
+        let label = if surge { "surge" } else { "replace" };
+        self.surge_decisions.with_label_values(&[label]).inc();
     }
 
     pub fn set_leader(&self, leader: bool) {

@@ -104,7 +104,7 @@ pub struct Section {
     pub rules: Vec<Rule>,
 }
 
-/// All four sections, in the order of the generated listing.
+/// All five sections, in the order of the generated listing.
 pub fn sections() -> Vec<Section> {
     vec![
         Section {
@@ -118,6 +118,15 @@ pub fn sections() -> Vec<Section> {
             key: "crdRules",
             why: "The ModelService CRD (cluster-scoped), and no other CRD.",
             rules: crd_rules(),
+        },
+        Section {
+            key: "capacityRules",
+            why: "Free GPUs, for rollout.surge Auto: all nodes and the pods of every \
+                  namespace, listed once when a rollout starts (never watched or \
+                  cached). A ClusterRole even for an operator that watches one \
+                  namespace: nodes are cluster-scoped and other namespaces' pods hold \
+                  GPUs too. Without it, rollouts replace and say why.",
+            rules: capacity_rules(),
         },
         Section {
             key: "leaseRules",
@@ -213,6 +222,30 @@ pub fn crd_rules() -> Vec<Rule> {
     ]
 }
 
+/// Free GPUs for the surge decision (`controller::surge`): always a
+/// ClusterRole, as what holds a node's GPUs is not limited to the watched
+/// namespace.
+pub fn capacity_rules() -> Vec<Rule> {
+    vec![
+        Rule::new(
+            "rollout.surge Auto: which nodes take the pods (Ready, schedulable, \
+             labels for nodeSelector, taints for tolerations) and their \
+             allocatable GPUs, once per rollout start.",
+            "",
+            "nodes",
+            &[List],
+        ),
+        Rule::new(
+            "rollout.surge Auto: what the running pods of every namespace request \
+             of the GPU resource, per node (fieldSelector \
+             status.phase!=Succeeded,status.phase!=Failed), once per rollout start.",
+            "",
+            "pods",
+            &[List],
+        ),
+    ]
+}
+
 /// Leader election: a Role in the operator's own namespace.
 pub fn lease_rules() -> Vec<Rule> {
     vec![Rule::new(
@@ -282,6 +315,28 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_surge_decision_may_list_nodes_and_pods_cluster_wide_and_nothing_more() {
+        let capacity = sections()
+            .into_iter()
+            .find(|s| s.key == "capacityRules")
+            .expect("the capacity section");
+        let grants: Vec<_> = capacity
+            .rules
+            .iter()
+            .map(|r| (r.api_group.as_str(), r.resource.as_str(), r.verbs.clone()))
+            .collect();
+        assert_eq!(
+            grants,
+            [("", "nodes", vec![List]), ("", "pods", vec![List])],
+            "read once per rollout start: no get, watch or write"
+        );
+        assert!(
+            !cluster_rules().iter().any(|r| r.resource == "nodes"),
+            "nodes are cluster-scoped: a namespaced Role of the workload rules cannot grant them"
+        );
     }
 
     #[test]

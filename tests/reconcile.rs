@@ -433,3 +433,206 @@ async fn a_crash_looping_canary_is_rolled_back_and_stays_so_when_its_pods_are_go
     let canary = w.api::<Deployment>().get("c-canary").await.expect("canary");
     assert_eq!(canary.spec.replicas, Some(1), "a new template is tried");
 }
+
+/// A Ready node with `gpus` GPUs, registered as a kubelet would.
+async fn node(w: &World, name: &str, gpus: &str) {
+    use k8s_openapi::api::core::v1::Node;
+    let api = Api::<Node>::all(w.client.clone());
+    let n: Node = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}))
+    .expect("node");
+    api.create(&Default::default(), &n)
+        .await
+        .expect("create node");
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"allocatable": {"nvidia.com/gpu": gpus},
+            "conditions": [{"type": "Ready", "status": "True"}]}})),
+    )
+    .await
+    .expect("node status");
+}
+
+fn surge_spec(image: &str) -> serde_json::Value {
+    json!({"model": {"name": "m"}, "runtime": {"image": image}, "resources": {"gpus": 1}})
+}
+
+fn node_lists(w: &World) -> u64 {
+    w._fake.counts().get(fake_apiserver::Verb::List, "nodes")
+}
+
+fn decision(d: &Deployment) -> Option<modelservice_operator::core::surge::Decision> {
+    let text = d
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(modelservice_operator::core::surge::ANNOTATION)?;
+    modelservice_operator::core::surge::Decision::decode(text)
+}
+
+fn max_surge(d: &Deployment) -> Option<k8s_openapi::apimachinery::pkg::util::intstr::IntOrString> {
+    d.spec
+        .strategy
+        .as_ref()?
+        .rolling_update
+        .as_ref()?
+        .max_surge
+        .clone()
+}
+
+#[tokio::test]
+async fn a_new_pod_template_reads_the_cluster_once_and_later_reconciles_reuse_the_decision() {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    let w = world(true).await;
+    node(&w, "gpu-1", "2").await;
+    let ms = w.create("s", surge_spec("vllm/vllm-openai:v0.8.5")).await;
+    w.reconcile(ms).await;
+    let w = w.synced().await;
+    w.reconcile(w.get("s").await).await;
+    let dep = w.api::<Deployment>().get("s").await.expect("Deployment");
+    assert_eq!(
+        (decision(&dep), max_surge(&dep), node_lists(&w)),
+        (None, Some(IntOrString::Int(0)), 0),
+        "a new Deployment, then an unchanged one: nothing rolls out, nothing is read"
+    );
+
+    let ms = w.create("s", surge_spec("vllm/vllm-openai:v0.9.0")).await;
+    w.reconcile(ms).await;
+    let dep = w.api::<Deployment>().get("s").await.expect("Deployment");
+    let d = decision(&dep).expect("a decision");
+    assert!(d.surge);
+    assert_eq!(d.message, "surging: node gpu-1 has 2 free nvidia.com/gpu");
+    assert_eq!(max_surge(&dep), Some(IntOrString::Int(1)));
+    assert_eq!(node_lists(&w), 1);
+    let progressing = w
+        .get("s")
+        .await
+        .status
+        .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Progressing"))
+        .map(|c| c.message)
+        .unwrap_or_default();
+    assert!(progressing.ends_with(&d.message), "{progressing}");
+
+    // The surge pod now holds the free GPUs. Before the cache shows our
+    // write, and after, the decision stands and nothing is read again.
+    w.api::<k8s_openapi::api::core::v1::Pod>()
+        .create(
+            &Default::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "surge-pod"},
+                "spec": {"nodeName": "gpu-1", "containers": [{"name": "c", "image": "i",
+                    "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}))
+            .expect("pod"),
+        )
+        .await
+        .expect("create pod");
+    w.reconcile(w.get("s").await).await;
+    let w = w.synced().await;
+    w.reconcile(w.get("s").await).await;
+    let dep = w.api::<Deployment>().get("s").await.expect("Deployment");
+    assert_eq!(decision(&dep), Some(d));
+    assert_eq!(max_surge(&dep), Some(IntOrString::Int(1)));
+    assert_eq!(node_lists(&w), 1, "decided once per template");
+}
+
+#[tokio::test]
+async fn an_unreadable_cluster_means_replace_and_the_reconcile_goes_on() {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    let w = world(true).await;
+    node(&w, "gpu-1", "2").await;
+    let ms = w.create("r", surge_spec("vllm/vllm-openai:v0.8.5")).await;
+    w.reconcile(ms).await;
+    let w = w.synced().await;
+    w._fake.fail_next(
+        fake_apiserver::FailRule::new(403)
+            .verb(fake_apiserver::Verb::List)
+            .resource("nodes"),
+    );
+    let ms = w.create("r", surge_spec("vllm/vllm-openai:v0.9.0")).await;
+    w.reconcile(ms).await;
+    let dep = w.api::<Deployment>().get("r").await.expect("Deployment");
+    let d = decision(&dep).expect("a decision");
+    assert!(!d.surge);
+    assert!(
+        d.message.starts_with(
+            "replacing: the free nvidia.com/gpu could not be read (listing nodes: 403 Forbidden"
+        ),
+        "{}",
+        d.message
+    );
+    assert_eq!(max_surge(&dep), Some(IntOrString::Int(0)));
+    let image = dep.spec.template.spec.expect("pod").containers[0]
+        .image
+        .clone();
+    assert_eq!(
+        image.as_deref(),
+        Some("vllm/vllm-openai:v0.9.0"),
+        "the rollout itself goes on"
+    );
+}
+
+#[tokio::test]
+async fn surge_never_and_recreate_decide_nothing() {
+    for (name, rollout) in [
+        ("never", json!({"surge": "Never"})),
+        ("recreate", json!({"strategy": "Recreate"})),
+    ] {
+        let w = world(true).await;
+        node(&w, "gpu-1", "2").await;
+        let mut spec = surge_spec("vllm/vllm-openai:v0.8.5");
+        spec["rollout"] = rollout.clone();
+        w.reconcile(w.create(name, spec.clone()).await).await;
+        let w = w.synced().await;
+        spec["runtime"]["image"] = json!("vllm/vllm-openai:v0.9.0");
+        w.reconcile(w.create(name, spec).await).await;
+        let dep = w.api::<Deployment>().get(name).await.expect("Deployment");
+        assert_eq!(decision(&dep), None, "{rollout}");
+        assert_eq!(node_lists(&w), 0, "{rollout}");
+    }
+}
+
+#[tokio::test]
+async fn rollouts_that_start_together_share_one_read_and_one_free_gpu() {
+    let w = world(true).await;
+    node(&w, "gpu-1", "1").await;
+    for name in ["a", "b"] {
+        w.reconcile(w.create(name, surge_spec("vllm/vllm-openai:v0.8.5")).await)
+            .await;
+    }
+    let w = w.synced().await;
+    for name in ["a", "b"] {
+        w.reconcile(w.create(name, surge_spec("vllm/vllm-openai:v0.9.0")).await)
+            .await;
+    }
+    let mut surges = Vec::new();
+    for name in ["a", "b"] {
+        let d = w.api::<Deployment>().get(name).await.expect("Deployment");
+        surges.push(decision(&d).expect("a decision").surge);
+    }
+    assert_eq!(surges, [true, false], "one free GPU, one surge");
+    assert_eq!(
+        node_lists(&w),
+        1,
+        "the second rollout used the first one's read"
+    );
+}
+
+#[tokio::test]
+async fn a_model_without_gpus_surges_without_reading_the_cluster() {
+    let w = world(true).await;
+    let mut spec = surge_spec("vllm/vllm-openai:v0.8.5");
+    spec["resources"]["gpus"] = json!(0);
+    w.reconcile(w.create("cpu", spec.clone()).await).await;
+    let w = w.synced().await;
+    spec["runtime"]["image"] = json!("vllm/vllm-openai:v0.9.0");
+    w.reconcile(w.create("cpu", spec).await).await;
+    let dep = w.api::<Deployment>().get("cpu").await.expect("Deployment");
+    let d = decision(&dep).expect("a decision");
+    assert!(d.surge, "{}", d.message);
+    assert!(
+        d.message.contains("request no nvidia.com/gpu"),
+        "{}",
+        d.message
+    );
+    assert_eq!(node_lists(&w), 0);
+}

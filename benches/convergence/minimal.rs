@@ -151,6 +151,7 @@ async fn write(client: &Client, ns: &str, ms: ModelService, event: bool) {
         },
         blocked: None,
         deployment: None,
+        surge: None,
         pods: &[],
         autoscaler: None,
         canary: None,

@@ -145,6 +145,8 @@ pub struct Context {
     pub written_status: super::recent::Recent<crate::api::ModelServiceStatus>,
     /// Consecutive failures by namespace/name, for the error backoff.
     pub failures: super::backoff::Failures,
+    /// Surge decisions we applied, and the last read of free GPUs.
+    pub surge: super::surge::Memory,
 }
 
 /// The key of the per-object tables below: `namespace/name`.
@@ -177,6 +179,7 @@ impl Context {
             finalized: Default::default(),
             written_status: Default::default(),
             failures: Default::default(),
+            surge: Default::default(),
         }
     }
 
@@ -200,6 +203,7 @@ impl Context {
         self.written_status.forget(&key);
         self.finalized.forget(&key);
         super::apply::forget(self, namespace, name);
+        self.surge.forget(namespace, name);
         self.metrics.forget(namespace, name);
     }
 }

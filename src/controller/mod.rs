@@ -19,6 +19,7 @@ pub mod observe;
 pub mod recent;
 pub mod reconcile;
 pub mod report;
+pub mod surge;
 pub mod tracks;
 pub mod verified;
 

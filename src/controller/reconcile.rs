@@ -17,7 +17,7 @@ use super::children::{Cached, HttpRouteChild, ScaledObjectChild};
 use super::guarded::Guarded;
 use super::lean::LeanDeployment;
 use super::observe::{cached, pods};
-use super::{Context, Error, apply, invalid, report};
+use super::{Context, Error, apply, invalid, report, surge};
 use crate::api::{Engine, ModelService};
 use crate::core::diagnosis::{GpuRequest, Problem};
 use crate::core::rollback::{self, RolledBack};
@@ -204,10 +204,11 @@ async fn validate_build_apply(
         }
     };
     let prior = super::tracks::prior(ctx, &valid).await?;
-    let plan = plan(&valid, Some(&owner), &prior);
+    let mut plan = plan(&valid, Some(&owner), &prior);
+    let decision = surge::settle(ctx, &valid, &mut plan.children.deployment).await;
     match apply::apply_children(ctx, &ms.object_ref(&()), &uid, &plan.children).await {
         Ok(applied) => Ok(Acted {
-            deployment: Some(applied.deployment),
+            deployment: Some(surge::remembered(ctx, decision, applied.deployment)),
             scaled_object: applied.scaled_object,
             canary: applied.canary,
             route: applied.route,
@@ -269,6 +270,7 @@ async fn report_status(
         .as_ref()
         .filter(|a| a.engine() == Engine::Keda);
     let scaled_object_status = acted.scaled_object.as_ref().and_then(|s| s.status.as_ref());
+    let rollout_decision = acted.deployment.as_ref().and_then(surge::on);
     let observed = Observed {
         name,
         namespace: ns,
@@ -280,6 +282,7 @@ async fn report_status(
         },
         blocked: acted.blocked.clone(),
         deployment: acted.deployment.as_ref().map(|d| d.state()),
+        surge: rollout_decision.as_ref().map(|d| d.message.as_str()),
         pods,
         autoscaler: keda.map(|_| KedaSeen {
             installed: !acted.unavailable.iter().any(|k| k == "ScaledObject"),

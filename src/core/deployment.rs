@@ -1,7 +1,8 @@
 //! The desired Deployment: the pods that serve the model.
 //!
 //! GPU-specific choices live here: no surge pods (they need GPUs that are
-//! rarely free), a startup probe that allows half an hour of model loading, a
+//! rarely free; `surge` lifts this for a rollout when a node has room), a
+//! startup probe that allows half an hour of model loading, a
 //! progress deadline to match, and no `spec.replicas` while an HPA owns it.
 
 use std::collections::BTreeMap;

@@ -15,6 +15,7 @@ pub mod hpa;
 pub mod keda;
 pub mod labels;
 pub mod preset;
+pub mod quantity;
 pub mod reasons;
 pub mod rollback;
 pub mod rollout;
@@ -23,6 +24,7 @@ pub mod service;
 pub mod status;
 pub mod strategy_status;
 pub mod subset;
+pub mod surge;
 pub mod tracks;
 pub mod validate;
 

@@ -30,6 +30,9 @@ pub struct Observed<'a> {
     pub blocked: Option<Problem>,
     /// The Deployment as it is after this reconcile's apply.
     pub deployment: Option<DeploymentState<'a>>,
+    /// The surge decision on that Deployment (`core::surge`), stated while
+    /// its rollout runs.
+    pub surge: Option<&'a str>,
     /// The pods of this ModelService, when they were read (see [`needs_pods`]).
     pub pods: &'a [Pod],
     /// KEDA, when it is the engine the spec asks for.
@@ -147,7 +150,12 @@ pub fn compute(
             let m = "waiting for the Deployment controller to pick up the current spec";
             (
                 Wanted::new(ct::READY, false, reasons::ROLLING_OUT, m),
-                Wanted::new(ct::PROGRESSING, true, reasons::ROLLING_OUT, m),
+                Wanted::new(
+                    ct::PROGRESSING,
+                    true,
+                    reasons::ROLLING_OUT,
+                    with_decision(m.into(), o.surge),
+                ),
             )
         }
         Rollout::RollingOut {
@@ -161,7 +169,12 @@ pub fn compute(
             );
             (
                 Wanted::new(ct::READY, false, reasons::ROLLING_OUT, m.clone()),
-                Wanted::new(ct::PROGRESSING, true, reasons::ROLLING_OUT, m),
+                Wanted::new(
+                    ct::PROGRESSING,
+                    true,
+                    reasons::ROLLING_OUT,
+                    with_decision(m, o.surge),
+                ),
             )
         }
         Rollout::Scaling { available, desired } => {
@@ -269,6 +282,16 @@ pub fn compute(
     }
 }
 
+/// A rollout's Progressing message, with how it replaces pods when that
+/// was decided (surge or replace, and why): the one place a user sees why
+/// a rollout had downtime, or did not.
+fn with_decision(message: String, decision: Option<&str>) -> String {
+    match decision {
+        Some(d) => format!("{message}; {d}"),
+        None => message,
+    }
+}
+
 /// `now` at the API server's precision (whole seconds), so a status we write
 /// compares equal to the same status read back.
 pub fn now_seconds(now: k8s_openapi::jiff::Timestamp) -> Time {
@@ -325,6 +348,7 @@ mod tests {
             },
             blocked: None,
             deployment: d.map(Into::into),
+            surge: None,
             pods,
             autoscaler: None,
             canary: None,
@@ -521,6 +545,33 @@ mod tests {
         );
         assert!(!needs_pods(Some((&complete()).into())));
         assert!(needs_pods(Some((&rolling()).into())));
+    }
+
+    #[test]
+    fn the_surge_decision_is_stated_while_the_rollout_runs() {
+        let d = rolling();
+        let mut o = observed(Some(&d), &[]);
+        o.surge = Some("surging: node gpu-3 has 2 free nvidia.com/gpu");
+        let s = compute(None, &o, &t(10));
+        assert_eq!(
+            find(&s.conditions, "Progressing").map(|c| c.message.as_str()),
+            Some(
+                "rolling out the current spec: 0/2 pods updated, 0 available; surging: node gpu-3 has 2 free nvidia.com/gpu"
+            )
+        );
+        assert!(
+            find(&s.conditions, "Ready").is_some_and(|c| !c.message.contains("surging")),
+            "Ready says what serves, not how the rollout goes"
+        );
+        let done = complete();
+        let mut o = observed(Some(&done), &[]);
+        o.surge = Some("surging: node gpu-3 has 2 free nvidia.com/gpu");
+        let s = compute(None, &o, &t(10));
+        assert_eq!(
+            find(&s.conditions, "Progressing").map(|c| c.message.as_str()),
+            Some("the current spec is rolled out"),
+            "once rolled out, the decision is history"
+        );
     }
 
     #[test]

@@ -111,7 +111,22 @@ impl Env {
             fake.write_kubeconfig(&kubeconfig).expect("kubeconfig");
             let client = fake.client();
             install_crd(&client).await;
+            let nodes = shape.nodes;
             let sim = Simulator::start(client.clone(), shape);
+            // A cluster starts with its nodes, as a real one does.
+            wait_for("the simulated nodes", CONVERGE, || async {
+                let api = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone());
+                let listed = api.list(&Default::default()).await.ok()?;
+                (listed.items.len() >= nodes
+                    && listed.items.iter().all(|n| {
+                        n.status
+                            .as_ref()
+                            .and_then(|s| s.allocatable.as_ref())
+                            .is_some()
+                    }))
+                .then_some(())
+            })
+            .await;
             Env {
                 client,
                 namespace,

@@ -21,5 +21,6 @@ mod process;
 mod route_missing;
 mod scale;
 mod steady_state;
+mod surge;
 mod upgrade;
 mod versions;

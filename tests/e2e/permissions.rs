@@ -63,6 +63,26 @@ async fn every_call_the_operator_makes_is_granted() {
     wait_ms(&env, "rbac", "status", CONVERGE, |_| true).await;
     env.apply_ms("rbac", cpu_spec()).await;
     wait_ready(&env, "rbac").await;
+    // A v1beta1 object surges by default: a new pod template reads the
+    // cluster's free GPUs (nodes and pods, cluster-wide).
+    let surging = |image: &str| json!({"model": {"name": "m"}, "runtime": {"image": image}, "resources": {"gpus": 1}});
+    env.apply_ms_v1beta1("rbac-surge", surging(&serving_image()))
+        .await;
+    wait_for("the Deployment", CONVERGE, || {
+        deployment(&env, "rbac-surge")
+    })
+    .await;
+    wait_ms(&env, "rbac-surge", "status", CONVERGE, |_| true).await;
+    env.apply_ms_v1beta1("rbac-surge", surging("vllm/vllm-openai:v0.9.0"))
+        .await;
+    wait_for("the surge decision", CONVERGE, || async {
+        let d = deployment(&env, "rbac-surge").await?;
+        d.metadata
+            .annotations?
+            .contains_key(modelservice_operator::core::surge::ANNOTATION)
+            .then_some(())
+    })
+    .await;
     env.api::<modelservice_operator::api::ModelService>()
         .delete("rbac", &Default::default())
         .await
@@ -86,6 +106,7 @@ async fn every_call_the_operator_makes_is_granted() {
         ("create", "secrets"),
         ("patch", "customresourcedefinitions"),
         ("patch", "customresourcedefinitions/status"),
+        ("list", "nodes"),
     ] {
         assert!(
             used.contains(&(verb.to_string(), resource.to_string())),

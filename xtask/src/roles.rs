@@ -26,7 +26,7 @@ pub struct Role {
 /// The operator's namespace in the plain manifests (config/default).
 const NAMESPACE: &str = "modelservice-system";
 
-pub const ROLES: [Role; 4] = [
+pub const ROLES: [Role; 5] = [
     Role {
         section: "clusterRules",
         kind: "ClusterRole",
@@ -50,6 +50,20 @@ pub const ROLES: [Role; 4] = [
                 one namespace: the CRD is cluster-scoped.",
         chart_template: "charts/modelservice-operator/templates/crd-rbac.yaml",
         chart_define: "modelservice-operator.crdRules",
+    },
+    Role {
+        section: "capacityRules",
+        kind: "ClusterRole",
+        name: "modelservice-operator-capacity",
+        namespace: None,
+        config_file: "config/rbac/capacity_role.yaml",
+        about: "Free GPUs for rollout.surge Auto (capacityRules): nodes and the pods of \
+                every namespace, listed once when a rollout starts. A ClusterRole even \
+                for an operator that watches one namespace. Without it rollouts \
+                replace (maxSurge 0) and the Progressing condition says why: drop it \
+                and its binding from kustomization.yaml to grant no cluster-wide reads.",
+        chart_template: "charts/modelservice-operator/templates/capacity-rbac.yaml",
+        chart_define: "modelservice-operator.capacityRules",
     },
     Role {
         section: "leaseRules",

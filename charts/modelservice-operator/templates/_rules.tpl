@@ -84,6 +84,28 @@ templates/crd-rbac.yaml.
 {{- end }}
 
 {{/*
+capacityRules: Free GPUs, for rollout.surge Auto: all nodes and the pods of
+every namespace, listed once when a rollout starts (never watched or cached). A
+ClusterRole even for an operator that watches one namespace: nodes are
+cluster-scoped and other namespaces' pods hold GPUs too. Without it, rollouts
+replace and say why. Included by templates/capacity-rbac.yaml.
+*/}}
+{{- define "modelservice-operator.capacityRules" -}}
+# rollout.surge Auto: which nodes take the pods (Ready, schedulable, labels for
+# nodeSelector, taints for tolerations) and their allocatable GPUs, once per
+# rollout start.
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["list"]
+# rollout.surge Auto: what the running pods of every namespace request of the
+# GPU resource, per node (fieldSelector
+# status.phase!=Succeeded,status.phase!=Failed), once per rollout start.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
+{{- end }}
+
+{{/*
 leaseRules: Leader election, in the operator's own namespace. Included by
 templates/leader-election-rbac.yaml.
 */}}

@@ -404,6 +404,12 @@ pub fn default_resources() -> Vec<ResourceInfo> {
         .with_status()
         .with_generation(),
         ResourceInfo::new("coordination.k8s.io", "v1", "leases", "Lease"),
+        // Cluster-scoped, written by the simulator (its nodes and their GPUs)
+        // and read by the operator's surge decision.
+        ResourceInfo::new("", "v1", "nodes", "Node")
+            .cluster_scoped()
+            .with_status()
+            .with_field_selectors(&["spec.unschedulable"]),
         ResourceInfo::new("", "v1", "namespaces", "Namespace")
             .cluster_scoped()
             .with_status()

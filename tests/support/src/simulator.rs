@@ -6,9 +6,18 @@
 //! the same kind of writes it would see from a real cluster:
 //! - one pod per desired replica, labelled from the pod template, with a
 //!   `pod-template-hash`; pods of an old template are replaced;
-//! - scheduling against nodes with a fixed number of GPUs each: a pod that fits
-//!   nowhere stays Pending with the scheduler's real wording
+//! - Node objects `node-0` .. `node-{N-1}`, Ready, with `gpu_resource`
+//!   allocatable and the labels `../shared/k8s`'s podsim gives its nodes
+//!   (`kubernetes.io/hostname`, `nvidia.com/gpu.present`), kept in step with
+//!   [`Simulator::set_nodes`] and [`Simulator::set_gpus_per_node`];
+//! - scheduling against those nodes: a pod goes to the first node that matches
+//!   its nodeSelector and has its GPUs free; a pod that fits nowhere stays
+//!   Pending with the scheduler's real wording
 //!   (`0/N nodes are available: N Insufficient nvidia.com/gpu.`);
+//! - rollouts as the Deployment controller does them: RollingUpdate creates
+//!   new pods within maxSurge and deletes old ones only while maxUnavailable
+//!   allows (so maxSurge 0 with one replica shows 0 ready pods for a moment,
+//!   and maxSurge 1 never does); Recreate deletes every old pod first;
 //! - image pulls: an image whose reference contains `.invalid/` or ends in
 //!   `:does-not-exist` fails with ErrImagePull, then ImagePullBackOff;
 //! - crashes: an image whose name contains `crashloop` runs, exits 1 and is
@@ -24,7 +33,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
@@ -102,33 +112,168 @@ fn template_hash(d: &Deployment) -> String {
     format!("{:010x}", h.finish() & 0xff_ffff_ffff)
 }
 
-fn gpu_request(d: &Deployment, resource: &str) -> i64 {
-    d.spec
-        .template
-        .spec
-        .iter()
-        .flat_map(|p| p.containers.iter())
-        .filter_map(|c| c.resources.as_ref()?.limits.as_ref()?.get(resource))
-        .filter_map(|q| q.0.parse::<i64>().ok())
-        .sum()
-}
-
-fn image(d: &Deployment) -> String {
-    d.spec
-        .template
-        .spec
-        .as_ref()
-        .and_then(|p| p.containers.first())
-        .and_then(|c| c.image.clone())
-        .unwrap_or_default()
-}
-
 fn image_fails(image: &str) -> bool {
     image.contains(".invalid/") || image.ends_with(":does-not-exist")
 }
 
+/// The label that marks the nodes the simulator registered.
+const SIMULATED: &str = "fake-apiserver/simulated";
+
+/// The name of node `i`.
+fn node_name(i: usize) -> String {
+    format!("node-{i}")
+}
+
+/// The labels of node `i`: those `../shared/k8s`'s podsim gives its nodes
+/// that a scheduling constraint may name.
+fn node_labels(i: usize, shape: &ClusterShape) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("kubernetes.io/hostname".to_string(), node_name(i)),
+        ("kubernetes.io/os".to_string(), "linux".to_string()),
+        ("nvidia.com/gpu.present".to_string(), "true".to_string()),
+        (
+            "nvidia.com/gpu.count".to_string(),
+            shape.gpus_per_node.to_string(),
+        ),
+        (SIMULATED.to_string(), "true".to_string()),
+    ])
+}
+
+/// Node `i` as its kubelet keeps it: Ready, with the shape's GPUs.
+fn node_status(shape: &ClusterShape) -> Value {
+    let capacity = json!({"cpu": "32", "memory": "128Gi", "pods": "110",
+        shape.gpu_resource.as_str(): shape.gpus_per_node.to_string()});
+    json!({"capacity": capacity, "allocatable": capacity,
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+            "message": "kubelet is posting ready status (simulated)"}]})
+}
+
+/// Makes the Node objects match the shape: registers missing nodes,
+/// updates labels and GPUs that changed, removes nodes beyond the count.
+async fn sync_nodes(client: &Client, shape: &ClusterShape) -> Result<(), kube::Error> {
+    let api: Api<Node> = Api::all(client.clone());
+    let existing = api
+        .list(&ListParams::default().labels(&format!("{SIMULATED}=true")))
+        .await?
+        .items;
+    for n in &existing {
+        let index = n
+            .name_any()
+            .strip_prefix("node-")
+            .and_then(|i| i.parse::<usize>().ok());
+        if index.is_none_or(|i| i >= shape.nodes) {
+            let _ = api.delete(&n.name_any(), &DeleteParams::default()).await;
+        }
+    }
+    for i in 0..shape.nodes {
+        let name = node_name(i);
+        let labels = node_labels(i, shape);
+        let status = node_status(shape);
+        let current = existing.iter().find(|n| n.name_any() == name);
+        let Some(current) = current else {
+            let node: Node = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": labels}, "spec": {}}))
+            .map_err(kube::Error::SerdeError)?;
+            api.create(&PostParams::default(), &node).await?;
+            api.patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": status})),
+            )
+            .await?;
+            continue;
+        };
+        if current.metadata.labels.as_ref() != Some(&labels) {
+            api.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"metadata": {"labels": labels}})),
+            )
+            .await?;
+        }
+        let current_status = serde_json::to_value(&current.status).unwrap_or(Value::Null);
+        if !same_status(&current_status, &status) {
+            api.patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": status})),
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether a pod's nodeSelector admits node `i`.
+fn selects(pod: &Pod, i: usize, shape: &ClusterShape) -> bool {
+    let labels = node_labels(i, shape);
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_selector.as_ref())
+        .into_iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// maxSurge and maxUnavailable as pod counts for `want` replicas, as the
+/// Deployment controller resolves them (percentages: surge rounds up,
+/// unavailable down; both 0 would never progress, so 1 unavailable).
+/// Recreate is `None`.
+fn rolling(d: &Deployment, want: usize) -> Option<(usize, usize)> {
+    let strategy = d.spec.strategy.as_ref();
+    if strategy.and_then(|s| s.type_.as_deref()) == Some("Recreate") {
+        return None;
+    }
+    let ru = strategy.and_then(|s| s.rolling_update.as_ref());
+    let resolve = |v: Option<&IntOrString>, round_up: bool| -> usize {
+        match v {
+            Some(IntOrString::Int(n)) => (*n).max(0) as usize,
+            Some(IntOrString::String(p)) => {
+                let pct = p.trim_end_matches('%').parse::<usize>().unwrap_or(25);
+                let scaled = want * pct;
+                if round_up {
+                    scaled.div_ceil(100)
+                } else {
+                    scaled / 100
+                }
+            }
+            None => {
+                if round_up {
+                    (want * 25).div_ceil(100)
+                } else {
+                    want * 25 / 100
+                }
+            }
+        }
+    };
+    let surge = resolve(ru.and_then(|r| r.max_surge.as_ref()), true);
+    let unavailable = resolve(ru.and_then(|r| r.max_unavailable.as_ref()), false);
+    Some(if surge == 0 && unavailable == 0 {
+        (0, 1)
+    } else {
+        (surge, unavailable)
+    })
+}
+
+fn is_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .is_some_and(|c| c.ready)
+}
+
+fn pod_image(p: &Pod) -> String {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.image.clone())
+        .unwrap_or_default()
+}
+
 /// One pass over every Deployment.
 async fn step(client: &Client, shape: &ClusterShape) -> Result<(), kube::Error> {
+    sync_nodes(client, shape).await?;
     let deployments: Api<Deployment> = Api::all(client.clone());
     let deps = deployments.list(&ListParams::default()).await?.items;
     let pods_api: Api<Pod> = Api::all(client.clone());
@@ -171,29 +316,61 @@ async fn step(client: &Client, shape: &ClusterShape) -> Result<(), kube::Error> 
             })
             .collect();
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-
-        // Replace pods of an old template; remove surplus pods.
-        let mut current: Vec<&Pod> = Vec::new();
-        for p in owned {
-            let ph = p
-                .labels()
-                .get("pod-template-hash")
-                .cloned()
-                .unwrap_or_default();
-            if ph != hash || current.len() >= want {
-                let _ = pods.delete(&p.name_any(), &DeleteParams::default()).await;
-                if let Some(i) = placed.remove(&format!("{ns}/{}", p.name_any())) {
-                    free[i] += pod_gpus(p, &shape.gpu_resource);
-                }
-            } else {
-                current.push(p);
+        let (mut current, mut old): (Vec<&Pod>, Vec<&Pod>) = owned
+            .into_iter()
+            .partition(|p| p.labels().get("pod-template-hash") == Some(&hash));
+        let mut delete = |p: &Pod, free: &mut Vec<i64>| {
+            let pod_name = p.name_any();
+            if let Some(i) = placed.remove(&format!("{ns}/{pod_name}")) {
+                free[i] += pod_gpus(p, &shape.gpu_resource);
+            }
+            pod_name
+        };
+        let mut deleted: Vec<String> = Vec::new();
+        // Surplus pods of the current template go first.
+        while current.len() > want {
+            if let Some(p) = current.pop() {
+                deleted.push(delete(p, &mut free));
             }
         }
-        // Create missing pods.
-        let gpus = gpu_request(&d, &shape.gpu_resource);
+        // How many new pods to create, and how many old ones to remove.
+        let (create, remove) = match rolling(&d, want) {
+            None => (
+                if old.is_empty() {
+                    want - current.len()
+                } else {
+                    0
+                },
+                old.len(),
+            ),
+            Some((max_surge, max_unavailable)) => {
+                let room = (want + max_surge).saturating_sub(old.len() + current.len());
+                let create = room.min(want - current.len());
+                // The controller's rule: all pods - minAvailable - new pods not yet available.
+                let all = old.len() + current.len() + create;
+                let new_unavailable = current.iter().filter(|p| !is_ready(p)).count() + create;
+                let min_available = want.saturating_sub(max_unavailable);
+                // Old pods that are not ready cost no availability: they go first.
+                old.sort_by_key(|p| is_ready(p));
+                let unready_old = old.iter().filter(|p| !is_ready(p)).count();
+                let budget = all.saturating_sub(min_available + new_unavailable);
+                (create, unready_old.max(budget).min(old.len()))
+            }
+        };
+        let kept_old: Vec<&Pod> = old.split_off(remove);
+        for p in old {
+            deleted.push(delete(p, &mut free));
+        }
+        for pod_name in &deleted {
+            let _ = pods.delete(pod_name, &DeleteParams::default()).await;
+        }
+        let current_count = current.len();
         let mut created: Vec<Pod> = Vec::new();
-        for i in 0..want.saturating_sub(current.len()) {
-            let pod_name = format!("{name}-{hash}-{}", current.len() + i);
+        for i in 0..create {
+            let pod_name = format!(
+                "{name}-{hash}-{}",
+                unique_suffix(&all_pods, &name, &hash, current_count + i)
+            );
             let mut labels = d
                 .spec
                 .template
@@ -214,21 +391,24 @@ async fn step(client: &Client, shape: &ClusterShape) -> Result<(), kube::Error> 
                 created.push(p);
             }
         }
-        // Schedule and run every current pod, then report.
-        let mut ready = 0;
-        let mut total = 0;
-        let names: Vec<String> = current
+        // Schedule and run every remaining pod, then report.
+        let mut ready: usize = 0;
+        let mut total: usize = 0;
+        let running: Vec<&Pod> = kept_old
             .iter()
-            .map(|p| p.name_any())
-            .chain(created.iter().map(|p| p.name_any()))
+            .copied()
+            .chain(current.iter().copied())
+            .chain(created.iter())
             .collect();
-        for pod_name in names {
+        for p in running {
             total += 1;
+            let pod_name = p.name_any();
             let key = format!("{ns}/{pod_name}");
+            let gpus = pod_gpus(p, &shape.gpu_resource);
             let node = match placed.get(&key) {
                 Some(i) => Some(*i),
                 None => {
-                    let fit = free.iter().position(|f| *f >= gpus);
+                    let fit = (0..free.len()).find(|i| free[*i] >= gpus && selects(p, *i, shape));
                     if let Some(i) = fit {
                         free[i] -= gpus;
                         placed.insert(key.clone(), i);
@@ -238,7 +418,7 @@ async fn step(client: &Client, shape: &ClusterShape) -> Result<(), kube::Error> 
             };
             let existing = pods.get_opt(&pod_name).await?;
             let Some(existing) = existing else { continue };
-            let status = pod_status(node, gpus, shape, &image(&d), existing.status.as_ref());
+            let status = pod_status(node, gpus, shape, &pod_image(p), existing.status.as_ref());
             if node.is_some()
                 && existing
                     .spec
@@ -247,7 +427,7 @@ async fn step(client: &Client, shape: &ClusterShape) -> Result<(), kube::Error> 
                     .is_none()
                 && let Some(i) = node
             {
-                let bind = json!({"spec": {"nodeName": format!("node-{i}")}});
+                let bind = json!({"spec": {"nodeName": node_name(i)}});
                 pods.patch(&pod_name, &PatchParams::default(), &Patch::Merge(&bind))
                     .await?;
             }
@@ -268,8 +448,9 @@ async fn step(client: &Client, shape: &ClusterShape) -> Result<(), kube::Error> 
                 .await?;
             }
         }
+        let updated = current_count + created.len();
         let generation = d.metadata.generation.unwrap_or(1);
-        let complete = ready == want && total == want;
+        let complete = kept_old.is_empty() && updated == want && ready == want;
         let (p_status, p_reason) = if complete {
             ("True", "NewReplicaSetAvailable")
         } else {
@@ -277,7 +458,7 @@ async fn step(client: &Client, shape: &ClusterShape) -> Result<(), kube::Error> 
         };
         let status = json!({
             "observedGeneration": generation,
-            "replicas": total, "updatedReplicas": total, "readyReplicas": ready, "availableReplicas": ready,
+            "replicas": total, "updatedReplicas": updated, "readyReplicas": ready, "availableReplicas": ready,
             "unavailableReplicas": total.saturating_sub(ready),
             "conditions": [
                 {"type": "Available", "status": if ready > 0 || want == 0 { "True" } else { "False" },
@@ -299,6 +480,16 @@ async fn step(client: &Client, shape: &ClusterShape) -> Result<(), kube::Error> 
         }
     }
     Ok(())
+}
+
+/// The lowest pod index at or above `from` that no pod of this template has:
+/// old and new pods live side by side during a rollout.
+fn unique_suffix(all: &[Pod], name: &str, hash: &str, from: usize) -> usize {
+    let taken = |i: usize| {
+        let n = format!("{name}-{hash}-{i}");
+        all.iter().any(|p| p.name_any() == n)
+    };
+    (from..).find(|i| !taken(*i)).unwrap_or(from)
 }
 
 fn deployments_ns(client: &Client, ns: &str) -> Api<Deployment> {

@@ -146,3 +146,59 @@ async fn limit_and_continue_page_through_one_consistent_snapshot() {
     );
     assert!(matches!(s.code, 400 | 410), "an unknown token: {s:?}");
 }
+
+/// The operator's surge decision counts the GPUs of pods that still hold
+/// them: a cluster-wide list with `status.phase!=Succeeded,status.phase!=Failed`
+/// (both terms must hold) leaves out finished pods and keeps the rest.
+#[tokio::test]
+async fn a_cluster_wide_pod_list_leaves_out_finished_pods_by_phase() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Patch, PatchParams};
+    let (_backend, client) = crate::start_either().await;
+    let namespace = crate::ns(&client).to_string();
+    let api: Api<Pod> = Api::default_namespaced(client.clone());
+    // Bound to a node no kubelet runs, so only this test writes their status.
+    for (name, phase) in [
+        ("running", "Running"),
+        ("done", "Succeeded"),
+        ("failed", "Failed"),
+        ("pending", ""),
+    ] {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"nodeName": "no-such-node", "containers": [{"name": "c", "image": "i"}]}
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &pod).await.unwrap();
+        if !phase.is_empty() {
+            api.patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"status": {"phase": phase}})),
+            )
+            .await
+            .unwrap();
+        }
+    }
+    let active = ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed");
+    let mut names: Vec<String> = Api::<Pod>::all(client.clone())
+        .list(&active)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.namespace.as_deref() == Some(namespace.as_str()))
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    names.sort();
+    assert_eq!(names, ["pending", "running"]);
+    let s = status_of(
+        Api::<Pod>::all(client.clone())
+            .list(&ListParams::default().fields("status.reason!=x"))
+            .await,
+    );
+    assert_eq!(s.code, 400);
+    for name in ["running", "done", "failed", "pending"] {
+        let _ = api.delete(name, &Default::default()).await;
+    }
+}

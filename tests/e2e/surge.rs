@@ -1,0 +1,379 @@
+//! `rollout.surge: Auto` against what the scheduler sees. With a free GPU a
+//! one-replica rollout surges (maxSurge 1, maxUnavailable 0) and never has 0
+//! ready pods; with the GPUs full it replaces (maxSurge 0, maxUnavailable 1),
+//! and the Progressing condition says which and why.
+//!
+//! Each scenario pins its model to one node (nodeSelector on
+//! `kubernetes.io/hostname`, a label podsim and the simulator both set), so
+//! that on a shared real cluster what other tests run elsewhere changes
+//! nothing, and it picks that node from what is free when it starts. The new
+//! pod template is a new argument, not a new image: the scenarios must also
+//! run where images really run.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use modelservice_operator::api::ModelService;
+use modelservice_operator::core::surge::{ANNOTATION, Decision};
+use serde_json::{Value, json};
+
+use crate::harness::{CONVERGE, Env, wait_for};
+use crate::observe::*;
+
+const GPU: &str = "nvidia.com/gpu";
+
+/// A one-replica, one-GPU model on `node`, with extra server `args`.
+fn model(node: &str, args: &[&str]) -> Value {
+    json!({"model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"},
+        "runtime": {"image": serving_image(), "args": args},
+        "resources": {"gpus": 1},
+        "scheduling": {"nodeSelector": {"kubernetes.io/hostname": node}}})
+}
+
+/// Free GPUs per Ready, schedulable node, counted the test's own way
+/// (allocatable minus the limits of the node's running pods), not with the
+/// operator's code under test.
+async fn free_gpus(env: &Env) -> BTreeMap<String, i64> {
+    let nodes = Api::<Node>::all(env.client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("list nodes");
+    let mut free: BTreeMap<String, i64> = nodes
+        .items
+        .iter()
+        .filter(|n| n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true))
+        .filter(|n| {
+            n.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .map(|n| {
+            let gpus = n
+                .status
+                .as_ref()
+                .and_then(|s| s.allocatable.as_ref())
+                .and_then(|a| a.get(GPU))
+                .and_then(|q| q.0.parse().ok())
+                .unwrap_or(0);
+            (n.name_any(), gpus)
+        })
+        .collect();
+    let pods = Api::<Pod>::all(env.client.clone())
+        .list(&ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed"))
+        .await
+        .expect("list pods");
+    for p in &pods.items {
+        let Some(spec) = p.spec.as_ref() else {
+            continue;
+        };
+        let Some(node) = spec.node_name.as_ref() else {
+            continue;
+        };
+        let used: i64 = spec
+            .containers
+            .iter()
+            .filter_map(|c| c.resources.as_ref()?.limits.as_ref()?.get(GPU))
+            .filter_map(|q| q.0.parse::<i64>().ok())
+            .sum();
+        if let Some(f) = free.get_mut(node) {
+            *f -= used;
+        }
+    }
+    free
+}
+
+/// What the test saw while a rollout ran: the fewest ready pods of the
+/// Deployment and every Progressing message of the ModelService. Watches,
+/// not polls, so that a moment with no ready pod cannot slip between two
+/// looks.
+#[derive(Debug, Default)]
+struct Seen {
+    min_ready: Option<i32>,
+    progressing: Vec<String>,
+}
+
+struct Recorder {
+    seen: Arc<Mutex<Seen>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Recorder {
+    /// Starts watching the Deployment and ModelService named `name`; the
+    /// first event of each is the state as it is now.
+    async fn start(env: &Env, name: &str) -> Recorder {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let by_name = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let deployments = {
+            let (seen, api, config) = (seen.clone(), env.api::<Deployment>(), by_name.clone());
+            tokio::spawn(async move {
+                let mut events = std::pin::pin!(watcher(api, config));
+                while let Some(ev) = events.next().await {
+                    let Ok(watcher::Event::Apply(d) | watcher::Event::InitApply(d)) = ev else {
+                        continue;
+                    };
+                    // The API server leaves a count of 0 out.
+                    let ready = d.status.map(|s| s.ready_replicas.unwrap_or(0));
+                    if let (Some(ready), Ok(mut s)) = (ready, seen.lock()) {
+                        s.min_ready = Some(s.min_ready.map_or(ready, |m| m.min(ready)));
+                    }
+                }
+            })
+        };
+        let models = {
+            let (seen, api) = (seen.clone(), env.api::<ModelService>());
+            tokio::spawn(async move {
+                let mut events = std::pin::pin!(watcher(api, by_name));
+                while let Some(ev) = events.next().await {
+                    let Ok(watcher::Event::Apply(ms) | watcher::Event::InitApply(ms)) = ev else {
+                        continue;
+                    };
+                    let m = message(&ms, "Progressing");
+                    if let Ok(mut s) = seen.lock()
+                        && s.progressing.last() != Some(&m)
+                    {
+                        s.progressing.push(m);
+                    }
+                }
+            })
+        };
+        let recorder = Recorder {
+            seen,
+            tasks: vec![deployments, models],
+        };
+        wait_for("the watches to start", CONVERGE, || async {
+            recorder.with(|s| s.min_ready.is_some()).then_some(())
+        })
+        .await;
+        recorder
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&Seen) -> T) -> T {
+        let s = self.seen.lock().expect("recorder lock");
+        f(&s)
+    }
+
+    /// Waits until a Progressing message containing `text` was seen.
+    async fn said(&self, text: &str) -> String {
+        wait_for(
+            &format!("Progressing to say {text:?}"),
+            CONVERGE,
+            || async { self.with(|s| s.progressing.iter().find(|m| m.contains(text)).cloned()) },
+        )
+        .await
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Waits until the Deployment has rolled out its current template to its
+/// one replica: observed, updated, the old pod gone, ready.
+async fn rolled_out(env: &Env, name: &str) -> Deployment {
+    wait_for("the rollout to complete", CONVERGE, || async {
+        let d = deployment(env, name).await?;
+        let s = d.status.as_ref()?;
+        (s.observed_generation == d.metadata.generation
+            && s.updated_replicas == Some(1)
+            && s.replicas == Some(1)
+            && s.ready_replicas == Some(1))
+        .then_some(d)
+    })
+    .await
+}
+
+/// (maxSurge, maxUnavailable) of a Deployment.
+fn rolling(d: &Deployment) -> Option<(IntOrString, IntOrString)> {
+    let ru = d.spec.strategy.as_ref()?.rolling_update.as_ref()?;
+    Some((ru.max_surge.clone()?, ru.max_unavailable.clone()?))
+}
+
+fn decision(d: &Deployment) -> Option<Decision> {
+    Decision::decode(d.metadata.annotations.as_ref()?.get(ANNOTATION)?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_free_gpu_a_one_replica_rollout_surges_and_always_has_a_ready_pod() {
+    let test = "with_a_free_gpu_a_one_replica_rollout_surges_and_always_has_a_ready_pod";
+    if !pods_can_serve(test) {
+        return;
+    }
+    let env = Env::new().await;
+    let op = env.operator().start();
+    // The last node with room for two pods (the other scenario fills the first).
+    let node = wait_for("a node with 2 free GPUs", CONVERGE, || async {
+        let free = free_gpus(&env).await;
+        free.iter()
+            .rev()
+            .find(|(_, f)| **f >= 2)
+            .map(|(n, _)| n.clone())
+    })
+    .await;
+    env.apply_ms_v1beta1("surge", model(&node, &[])).await;
+    wait_ready(&env, "surge").await;
+    let first = rolled_out(&env, "surge").await;
+    assert_eq!(
+        decision(&first),
+        None,
+        "a new Deployment carries no decision: it rolls nothing out"
+    );
+
+    let recorder = Recorder::start(&env, "surge").await;
+    env.apply_ms_v1beta1("surge", model(&node, &["--max-model-len", "4096"]))
+        .await;
+    let said = recorder.said("surging: node").await;
+    eprintln!("the decision: {said}");
+    assert!(
+        said.contains(&format!("surging: node {node} has "))
+            && said.contains(" free nvidia.com/gpu"),
+        "{said}"
+    );
+    let d = rolled_out(&env, "surge").await;
+    assert_eq!(
+        recorder.with(|s| s.min_ready),
+        Some(1),
+        "the old pod served until the new one was ready: {:?}",
+        recorder.with(|s| s.progressing.clone())
+    );
+    assert_eq!(
+        rolling(&d),
+        Some((IntOrString::Int(1), IntOrString::Int(0))),
+        "surge: one extra pod, none unavailable"
+    );
+    let decided = decision(&d).expect("the decision on the Deployment");
+    assert!(decided.surge, "{decided:?}");
+    let ms = wait_ready(&env, "surge").await;
+    assert_eq!(
+        condition(&ms, "Progressing").map(|c| c.1),
+        Some("RolloutComplete".into())
+    );
+    op.await_metric(
+        "modelservice_surge_decisions_total{decision=\"surge\"}",
+        1.0,
+        CONVERGE,
+    )
+    .await;
+    if env.fake.is_some() {
+        // Reconciles after the decision reuse it: the nodes were read once.
+        // (Pods are also listed in the namespace to diagnose the rollout.)
+        let counts = operator_requests(&env);
+        assert_eq!(
+            counts.get(fake_apiserver::Verb::List, "nodes"),
+            1,
+            "{counts:?}"
+        );
+    }
+    drop(recorder);
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_gpus_full_a_rollout_replaces_and_says_so() {
+    let test = "with_the_gpus_full_a_rollout_replaces_and_says_so";
+    if !pods_can_serve(test) {
+        return;
+    }
+    let env = Env::new().await;
+    let op = env.operator().start();
+    let node = wait_for("a node with a free GPU", CONVERGE, || async {
+        let free = free_gpus(&env).await;
+        free.iter().find(|(_, f)| **f >= 1).map(|(n, _)| n.clone())
+    })
+    .await;
+    env.apply_ms_v1beta1("full", model(&node, &[])).await;
+    wait_ready(&env, "full").await;
+    rolled_out(&env, "full").await;
+
+    // Every GPU of the node taken, by pods of this test's namespace only:
+    // exactly what is free, so the model's own GPU is the one its new pod
+    // gets once the old pod is gone. Topped up until nothing is free, in
+    // case another test's pod left the node meanwhile.
+    let fillers = env.api::<Deployment>();
+    let mut replicas = 0;
+    loop {
+        let free = free_gpus(&env).await.get(&node).copied().unwrap_or(0);
+        if free <= 0 {
+            break;
+        }
+        replicas += free;
+        let filler = filler(&node, replicas);
+        fillers
+            .patch(
+                "gpu-filler",
+                &PatchParams::apply("e2e-user").force(),
+                &Patch::Apply(&filler),
+            )
+            .await
+            .expect("apply the filler");
+        wait_for("the filler pods to run", CONVERGE, || async {
+            let d = deployment(&env, "gpu-filler").await?;
+            let ready = d.status.and_then(|s| s.ready_replicas).unwrap_or(0);
+            (i64::from(ready) == replicas).then_some(())
+        })
+        .await;
+    }
+
+    let recorder = Recorder::start(&env, "full").await;
+    env.apply_ms_v1beta1("full", model(&node, &["--max-model-len", "4096"]))
+        .await;
+    let said = recorder.said("replacing:").await;
+    assert!(
+        said.contains(
+            "replacing: no schedulable node that matches the pods' nodeSelector and tolerations has 1 free nvidia.com/gpu"
+        ),
+        "{said}"
+    );
+    let d = rolled_out(&env, "full").await;
+    assert_eq!(
+        rolling(&d),
+        Some((IntOrString::Int(0), IntOrString::Int(1))),
+        "replace: the old pod goes first and frees its GPU"
+    );
+    assert_eq!(decision(&d).map(|d| d.surge), Some(false));
+    assert_eq!(
+        recorder.with(|s| s.min_ready),
+        Some(0),
+        "replacing one replica leaves a moment without a ready pod (which surge avoids)"
+    );
+    op.await_metric(
+        "modelservice_surge_decisions_total{decision=\"replace\"}",
+        1.0,
+        CONVERGE,
+    )
+    .await;
+    drop(recorder);
+    // The GPUs go back at once, not when the namespace is gone.
+    let _ = fillers
+        .delete("gpu-filler", &DeleteParams::background())
+        .await;
+    let _ = env
+        .api::<ModelService>()
+        .delete("full", &DeleteParams::background())
+        .await;
+    env.finish().await;
+}
+
+/// A Deployment of `replicas` pods that each hold one GPU on `node` and do
+/// nothing else.
+fn filler(node: &str, replicas: i64) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "gpu-filler"},
+        "spec": {"replicas": replicas,
+            "selector": {"matchLabels": {"app": "gpu-filler"}},
+            "template": {"metadata": {"labels": {"app": "gpu-filler"}},
+                "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
+                    "containers": [{"name": "hold", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"limits": {GPU: "1"}}}]}}}})
+}
