@@ -145,7 +145,7 @@ pub fn on(deployment: &LeanDeployment) -> Option<Decision> {
     Decision::decode(&deployment.annotation(surge::ANNOTATION)?)
 }
 
-/// The key of a Deployment's decision in `Context::decisions`.
+/// The key of a Deployment's decision in [`Memory`]'s recent decisions.
 fn key(namespace: &str, name: &str) -> String {
     recent::key("Deployment", namespace, name)
 }
@@ -179,9 +179,11 @@ async fn decide(ctx: &Context, template: &str, demand: &Demand<'_>) -> Decision 
 async fn read(ctx: &Context, resource: &str) -> Result<Read, String> {
     let at = Instant::now();
     let mut nodes: Vec<Node> = Vec::new();
-    each_page(ctx, ListParams::default(), |page| nodes.extend(page))
-        .await
-        .map_err(|why| format!("listing nodes: {why}"))?;
+    each_page(ctx, ListParams::default(), |page| {
+        nodes.extend(page.into_iter().map(surge::slim));
+    })
+    .await
+    .map_err(|why| format!("listing nodes: {why}"))?;
     let mut used = BTreeMap::new();
     let mut pods = 0usize;
     let active = ListParams::default().fields(ACTIVE_PODS);

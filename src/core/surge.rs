@@ -327,6 +327,37 @@ pub fn pod_request(pod: &Pod, resource: &str) -> i128 {
     (containers + sidecars).max(init) + overhead
 }
 
+/// `node` with only what a decision reads: its name and labels, whether it
+/// is cordoned, its taints, its allocatable resources and its Ready
+/// condition. A read of the cluster is kept a few seconds for the decisions
+/// that follow it; a node's status otherwise carries its image list, which
+/// on a GPU node (large serving images) is most of its size.
+pub fn slim(node: Node) -> Node {
+    use k8s_openapi::api::core::v1::{NodeSpec, NodeStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    let spec = node.spec.map(|s| NodeSpec {
+        unschedulable: s.unschedulable,
+        taints: s.taints,
+        ..NodeSpec::default()
+    });
+    let status = node.status.map(|s| NodeStatus {
+        allocatable: s.allocatable,
+        conditions: s
+            .conditions
+            .map(|cs| cs.into_iter().filter(|c| c.type_ == "Ready").collect()),
+        ..NodeStatus::default()
+    });
+    Node {
+        metadata: ObjectMeta {
+            name: node.metadata.name,
+            labels: node.metadata.labels,
+            ..ObjectMeta::default()
+        },
+        spec,
+        status,
+    }
+}
+
 /// Whether the scheduler would put one of the pods on `node` at all,
 /// whatever its free GPUs.
 fn takes_pods(node: &Node, demand: &Demand<'_>) -> bool {
@@ -667,6 +698,30 @@ mod tests {
         // A replace and a CPU model take nothing.
         decide_and_reserve("t3", &Spec::new(0).demand(), &nodes, &mut used);
         assert_eq!(used.get("gpu-1"), Some(&2000));
+    }
+
+    #[test]
+    fn a_slim_node_decides_the_same() {
+        let mut big = tainted("gpu-1", taint("k", None, "NoSchedule"));
+        if let Some(s) = big.status.as_mut() {
+            s.images =
+                Some(vec![serde_json::from_value(
+                json!({"names": ["vllm/vllm-openai:v0.8.5"], "sizeBytes": 9_000_000_000u64}),
+            )
+            .expect("image")]);
+        }
+        let slim = slim(big.clone());
+        assert!(slim.status.as_ref().is_some_and(|s| s.images.is_none()));
+        let mut s = Spec::new(1);
+        for tolerated in [false, true] {
+            if tolerated {
+                s.tolerations = vec![toleration(json!({"key": "k", "operator": "Exists"}))];
+            }
+            assert_eq!(
+                s.decide(std::slice::from_ref(&big), &[]),
+                s.decide(std::slice::from_ref(&slim), &[])
+            );
+        }
     }
 
     #[test]

@@ -342,11 +342,18 @@ async fn with_the_gpus_full_a_rollout_replaces_and_says_so() {
         "replace: the old pod goes first and frees its GPU"
     );
     assert_eq!(decision(&d).map(|d| d.surge), Some(false));
-    assert_eq!(
-        recorder.with(|s| s.min_ready),
-        Some(0),
-        "replacing one replica leaves a moment without a ready pod (which surge avoids)"
-    );
+    // The simulator removes the old pod a tick before it makes the new one,
+    // so there the recorder must see the gap surge avoids: the check that it
+    // would see one. A real cluster's Deployment controller counts
+    // ReplicaSet sizes, not pods, and may start the new pod while the old
+    // one is still being deleted, so its status need not show the gap.
+    if env.fake.is_some() {
+        assert_eq!(
+            recorder.with(|s| s.min_ready),
+            Some(0),
+            "replacing one replica leaves a moment without a ready pod"
+        );
+    }
     op.await_metric(
         "modelservice_surge_decisions_total{decision=\"replace\"}",
         1.0,
