@@ -482,7 +482,8 @@ async fn certificates_from_cert_manager_files_are_served_and_trusted() {
     assert_eq!(
         read.metadata.annotations.unwrap_or_default()
             [modelservice_operator::core::convert::FIELDS_ANNOTATION],
-        r#"{"runtime":{"preset":"tgi"}}"#
+        // Surge unset (Auto) waits as null: v1alpha1 itself means Never.
+        r#"{"rollout":{"surge":null},"runtime":{"preset":"tgi"}}"#
     );
     let _ = env
         .api::<ModelService>()
