@@ -174,10 +174,11 @@ pub fn cluster_rules() -> Vec<Rule> {
     rules.extend([
         Rule::new(
             "Read-only: diagnose why pods do not serve (InsufficientGPU, \
-             ImagePullFailed, ...).",
+             ImagePullFailed, ...), from one watch of the pods labelled \
+             managed-by modelservice-operator.",
             "",
             "pods",
-            &[List],
+            &[List, Watch],
         ),
         Rule::new(
             "Kubernetes Events on ModelServices.",

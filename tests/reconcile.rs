@@ -21,6 +21,7 @@ use modelservice_operator::controller::children::{Cached, Child, ForEachWriter};
 use modelservice_operator::controller::events::Events;
 use modelservice_operator::controller::freshness::Freshness;
 use modelservice_operator::controller::guarded::Guarded;
+use modelservice_operator::controller::pods::PodView;
 use modelservice_operator::controller::{
     Context, ControllerConfig, FINALIZER, Leadership, Stores, reconcile,
 };
@@ -35,7 +36,7 @@ trait Relist: Send {
     fn relist<'a>(&'a mut self, client: &'a Client) -> BoxFuture<'a, ()>;
 }
 
-struct Typed<C: Child>(reflector::store::Writer<Cached<C>>);
+struct Typed<C: Child>(reflector::store::Writer<Cached<C>>, Arc<Freshness>);
 
 impl<C: Child> Relist for Typed<C> {
     fn relist<'a>(&'a mut self, client: &'a Client) -> BoxFuture<'a, ()> {
@@ -50,6 +51,31 @@ impl<C: Child> Relist for Typed<C> {
                     .expect("list")
                     .items
             };
+            // As the watch does: the cache's progress is noted with each event.
+            let mut play = |e: watcher::Event<Cached<C>>| {
+                self.0.apply_watcher_event(&e);
+                self.1.observe(&e);
+            };
+            play(watcher::Event::Init);
+            for o in items {
+                play(watcher::Event::InitApply(o));
+            }
+            play(watcher::Event::InitDone);
+        })
+    }
+}
+
+/// The pods' cache, filled by hand too.
+struct Pods(reflector::store::Writer<PodView>);
+
+impl Relist for Pods {
+    fn relist<'a>(&'a mut self, client: &'a Client) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let items = Api::<PodView>::namespaced(client.clone(), NS)
+                .list(&Default::default())
+                .await
+                .expect("list pods")
+                .items;
             self.0.apply_watcher_event(&watcher::Event::Init);
             for o in items {
                 self.0.apply_watcher_event(&watcher::Event::InitApply(o));
@@ -66,9 +92,9 @@ impl ForEachWriter for Writers {
     fn visit<C: Child>(
         &mut self,
         writer: reflector::store::Writer<Cached<C>>,
-        _fresh: Arc<Freshness>,
+        fresh: Arc<Freshness>,
     ) {
-        self.0.push(Box::new(Typed::<C>(writer)));
+        self.0.push(Box::new(Typed::<C>(writer, fresh)));
     }
 }
 
@@ -92,7 +118,8 @@ async fn world(leader: bool) -> World {
         .expect("create namespace");
     let (stores, writers) = Stores::new();
     let mut listed = Writers(Vec::new());
-    writers.each(&stores, &mut listed);
+    let pods = writers.each(&stores, &mut listed);
+    listed.0.push(Box::new(Pods(pods)));
     let metrics = Arc::new(Metrics::new().expect("metrics"));
     let reporter = Reporter {
         controller: "modelservice-operator".into(),
@@ -635,4 +662,191 @@ async fn a_model_without_gpus_surges_without_reading_the_cluster() {
         d.message
     );
     assert_eq!(node_lists(&w), 0);
+}
+
+/// Events about `name` in the namespace, as (type, reason, note).
+async fn events_of(w: &World, name: &str) -> Vec<(String, String, String)> {
+    // Events are published off the reconcile path: give the queue a moment.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    w.api::<k8s_openapi::api::events::v1::Event>()
+        .list(&Default::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| {
+            (
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.note.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_cold_start_writes_each_object_once_reads_no_pods_and_sends_no_event() {
+    let w = world(true).await;
+    let ms = w.create("cold", spec()).await;
+    let before = w._fake.counts();
+    w.reconcile(ms).await;
+    let after = w._fake.counts();
+    let sent = |verb, resource: &str| after.get(verb, resource) - before.get(verb, resource);
+    use fake_apiserver::Verb::{Create, List, Patch};
+    assert_eq!(sent(Patch, "modelservices"), 1, "the finalizer");
+    assert_eq!(sent(Patch, "deployments"), 1);
+    assert_eq!(sent(Patch, "services"), 1);
+    assert_eq!(sent(Patch, "horizontalpodautoscalers"), 1);
+    assert_eq!(sent(Patch, "modelservices/status"), 1);
+    assert_eq!(
+        sent(List, "pods"),
+        0,
+        "pods come from the pod watch's cache"
+    );
+    assert_eq!(after.writes() - before.writes(), 5);
+    assert!(
+        events_of(&w, "cold").await.is_empty(),
+        "creating what the spec asks for is said by the status, not an Event"
+    );
+    assert_eq!(sent(Create, "events"), 0);
+}
+
+#[tokio::test]
+async fn a_child_put_back_is_announced_once() {
+    let w = world(true).await;
+    let ms = w.create("drift", spec()).await;
+    w.reconcile(ms).await;
+    let w = w.synced().await;
+    w.api::<Service>()
+        .delete("drift", &DeleteParams::default())
+        .await
+        .expect("delete Service");
+    let w = w.synced().await;
+    w.reconcile(w.get("drift").await).await;
+    w.api::<Service>().get("drift").await.expect("put back");
+    let w = w.synced().await;
+    w.reconcile(w.get("drift").await).await;
+    let events = events_of(&w, "drift").await;
+    assert_eq!(
+        events,
+        [(
+            "Normal".to_string(),
+            "Created".to_string(),
+            "Created Service drift: it differed from the spec".to_string()
+        )],
+        "one Event for the repair, none for the creation or the quiet reconcile"
+    );
+}
+
+#[tokio::test]
+async fn rollout_progress_is_written_at_a_pace_and_its_end_at_once() {
+    let w = world(true).await;
+    let mut s = spec();
+    s.as_object_mut().map(|o| o.remove("autoscaling"));
+    let ms = w.create("paced", s).await;
+    w.reconcile(ms).await;
+    let rv = |ms: &ModelService| ms.metadata.resource_version.clone();
+    let first = w.get("paced").await;
+    let deployment_status = |updated: i32, available: i32| {
+        json!({"status": {"observedGeneration": 1, "replicas": 2, "updatedReplicas": updated,
+            "readyReplicas": available, "availableReplicas": available,
+            "conditions": [{"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated"}]}})
+    };
+    // The Deployment controller's first counts: progress only.
+    w.api::<Deployment>()
+        .patch_status(
+            "paced",
+            &PatchParams::default(),
+            &Patch::Merge(&deployment_status(1, 0)),
+        )
+        .await
+        .expect("deployment status");
+    let w = w.synced().await;
+    let action = w.reconcile(w.get("paced").await).await;
+    let pace = ControllerConfig::default().status_pace;
+    assert_eq!(rv(&w.get("paced").await), rv(&first), "progress waits");
+    assert!(
+        action != Action::requeue(ControllerConfig::default().not_ready_requeue),
+        "a paced status is looked at again within the pace: {action:?}"
+    );
+    // Both pods available: Ready is news, written at once.
+    w.api::<Deployment>()
+        .patch_status(
+            "paced",
+            &PatchParams::default(),
+            &Patch::Merge(&deployment_status(2, 2)),
+        )
+        .await
+        .expect("deployment status");
+    let w = w.synced().await;
+    w.reconcile(w.get("paced").await).await;
+    let ms = w.get("paced").await;
+    assert_ne!(rv(&ms), rv(&first));
+    assert_eq!(
+        condition(&ms, "Ready"),
+        Some(("True".into(), "Available".into()))
+    );
+    // Once the pace has passed, progress is written too.
+    tokio::time::sleep(pace).await;
+    w.api::<Deployment>()
+        .patch_status(
+            "paced",
+            &PatchParams::default(),
+            &Patch::Merge(
+                &json!({"status": {"readyReplicas": 2, "availableReplicas": 2, "replicas": 3}}),
+            ),
+        )
+        .await
+        .expect("deployment status");
+    let w = w.synced().await;
+    let before = rv(&w.get("paced").await);
+    w.reconcile(w.get("paced").await).await;
+    assert_ne!(rv(&w.get("paced").await), before, "progress after the pace");
+}
+
+#[tokio::test]
+async fn a_pod_problem_is_read_from_the_pod_cache() {
+    let w = world(true).await;
+    let ms = w.create("short", spec()).await;
+    w.reconcile(ms).await;
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "short-1", "namespace": NS, "labels": {
+            "app.kubernetes.io/instance": "short", "app.kubernetes.io/name": "modelservice",
+            "app.kubernetes.io/managed-by": "modelservice-operator"}},
+        "spec": {"containers": [{"name": "server", "image": "vllm/vllm-openai:v0.8.5"}]}}))
+    .expect("pod");
+    let pods = w.api::<k8s_openapi::api::core::v1::Pod>();
+    pods.create(&Default::default(), &pod).await.expect("pod");
+    pods.patch_status(
+        "short-1",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"status": {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+             "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}]}})),
+    )
+    .await
+    .expect("pod status");
+    w.api::<Deployment>()
+        .patch_status(
+            "short",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"observedGeneration": 1, "replicas": 1,
+                "updatedReplicas": 1, "unavailableReplicas": 1}})),
+        )
+        .await
+        .expect("deployment status");
+    let w = w.synced().await;
+    let before = w._fake.counts().get(fake_apiserver::Verb::List, "pods");
+    w.reconcile(w.get("short").await).await;
+    assert_eq!(
+        w._fake.counts().get(fake_apiserver::Verb::List, "pods"),
+        before,
+        "no list"
+    );
+    assert_eq!(
+        condition(&w.get("short").await, "Ready"),
+        Some(("False".into(), "InsufficientGPU".into()))
+    );
 }

@@ -53,20 +53,30 @@ pub struct Applied {
 
 /// Applies `children` and deletes the ones no longer wanted.
 ///
-/// One Event sums up what a reconcile changed ("Created Deployment m,
-/// Service m"): one write for the API server instead of one per child.
+/// With `repair` (the spec was already rolled out, so any write now puts
+/// back what someone changed or deleted), one Event sums up what was put
+/// back ("Updated Deployment m"): a person or GitOps tool whose edit is
+/// reverted needs to see why. Writes that follow a spec change send no
+/// Event: the status's Progressing condition says the same, and an Event
+/// per created object was a fifth of the API writes of a cold start.
 pub async fn apply_children(
     ctx: &Context,
     owner: &ObjectReference,
     owner_uid: &str,
     children: &Children,
+    repair: bool,
 ) -> Result<Applied, Error> {
     let mut done = Vec::new();
     let result = apply_all(ctx, owner, owner_uid, children, &mut done).await;
     // Also after a failure: what was applied before it was applied.
-    if let Some((reason, note)) = summary(&done) {
-        ctx.events
-            .publish(owner, EventType::Normal, reason, "Apply", note);
+    if let Some((reason, note)) = summary(&done).filter(|_| repair) {
+        ctx.events.publish(
+            owner,
+            EventType::Normal,
+            reason,
+            "Apply",
+            format!("{note}: it differed from the spec"),
+        );
     }
     result
 }

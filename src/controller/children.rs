@@ -26,6 +26,7 @@ use serde::de::{DeserializeOwned, IgnoredAny};
 use super::context::{Cache, synced};
 use super::freshness::Freshness;
 use super::lean::Lean;
+use super::pods::PodView;
 use crate::api::gateway::HttpRoute;
 use crate::api::keda::ScaledObject;
 use crate::permissions::{Rule, Verb};
@@ -155,31 +156,43 @@ macro_rules! child_table {
             $(pub $field: Cache<Cached<$row>>,)*
             /// How far the ModelService watch has got.
             pub modelservices: Arc<Freshness>,
+            /// The pods of every ModelService, as diagnosis reads them (not
+            /// a child: the operator never writes pods; see `pods`).
+            pub pods: Cache<PodView>,
         }
 
         /// The writing ends of the [`Stores`], consumed by the watches.
         pub struct Writers {
             $($field: reflector::store::Writer<Cached<$row>>,)*
+            pods: reflector::store::Writer<PodView>,
         }
 
         impl Stores {
             /// Empty caches and their writers.
             pub fn new() -> (Stores, Writers) {
                 $(let $field = reflector::store::<Cached<$row>>();)*
+                let pods = reflector::store::<PodView>();
                 (
                     Stores {
                         $($field: Cache::new($field.0, <$row>::OPTIONAL),)*
                         modelservices: Arc::default(),
+                        pods: Cache::new(pods.0, false),
                     },
-                    Writers { $($field: $field.1,)* },
+                    Writers { $($field: $field.1,)* pods: pods.1 },
                 )
             }
         }
 
         impl Writers {
-            /// Hands each writer to `v`, with its cache's freshness.
-            pub fn each(self, stores: &Stores, v: &mut impl ForEachWriter) {
+            /// Hands each child's writer to `v`, with its cache's freshness;
+            /// returns the pods' writer, for their own watch.
+            pub fn each(
+                self,
+                stores: &Stores,
+                v: &mut impl ForEachWriter,
+            ) -> reflector::store::Writer<PodView> {
                 $(v.visit::<$row>(self.$field, stores.$field.fresh.clone());)*
+                self.pods
             }
         }
 
@@ -214,6 +227,8 @@ impl Stores {
         }
         let mut required = Required(self, Vec::new());
         each_child(&mut required);
+        // Without the pods, a reconcile would report a problem as gone.
+        required.1.push(Box::pin(synced(&self.pods.store)));
         futures::future::join_all(required.1)
             .await
             .into_iter()

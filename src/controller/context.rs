@@ -18,9 +18,12 @@ use crate::metrics::Metrics;
 pub struct ControllerConfig {
     /// Requeue of a settled object: a safety net for missed events.
     pub resync: Duration,
-    /// Requeue of an object that is not Ready, so that pod-level causes (which
-    /// do not change the Deployment) are noticed, and noticed to be gone.
+    /// Requeue of an object that is not Ready: the safety net of level
+    /// triggering (pod-level causes start a reconcile through the pod watch).
     pub not_ready_requeue: Duration,
+    /// The least time between two status writes of one object whose only
+    /// difference is progress (see `core::pacing`).
+    pub status_pace: Duration,
     /// Reconciles in flight at once.
     pub concurrency: u16,
     /// How often optional APIs are looked for again (see `runtime::discovery`).
@@ -34,6 +37,7 @@ impl Default for ControllerConfig {
         Self {
             resync: Duration::from_secs(300),
             not_ready_requeue: Duration::from_secs(20),
+            status_pace: Duration::from_secs(2),
             concurrency: 16,
             discovery_interval: Duration::from_secs(30),
             defaults: Default::default(),
@@ -143,6 +147,8 @@ pub struct Context {
     pub finalized: super::recent::Recent<()>,
     /// Statuses we wrote, until the ModelService cache shows them.
     pub written_status: super::recent::Recent<crate::api::ModelServiceStatus>,
+    /// When we last wrote each status, for the pace of progress.
+    pub status_writes: super::report::StatusWrites,
     /// Consecutive failures by namespace/name, for the error backoff.
     pub failures: super::backoff::Failures,
     /// Surge decisions we applied, and the last read of free GPUs.
@@ -178,6 +184,7 @@ impl Context {
             verified: Default::default(),
             finalized: Default::default(),
             written_status: Default::default(),
+            status_writes: Default::default(),
             failures: Default::default(),
             surge: Default::default(),
         }
@@ -201,6 +208,7 @@ impl Context {
         self.succeeded(namespace, name, true);
         let key = super::recent::key("ModelService", namespace, name);
         self.written_status.forget(&key);
+        self.status_writes.forget(&key);
         self.finalized.forget(&key);
         super::apply::forget(self, namespace, name);
         self.surge.forget(namespace, name);

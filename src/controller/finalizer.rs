@@ -1,13 +1,14 @@
-//! Adding our finalizer in the same pass as the first apply.
+//! Adding our finalizer in the same round trip as the first apply.
 //!
 //! kube-runtime's `finalizer` helper, on an object without the finalizer,
 //! patches it in and ends the reconcile; the children are applied only by
 //! the next reconcile, which the watch event of that patch triggers. Every
 //! new ModelService thus waited for one extra trip through the API server's
-//! watch before its Deployment was created. Here the finalizer is added
-//! first, with the same guarded JSON patch the helper sends, and the patched
-//! object goes straight on to the helper, which now finds its finalizer and
-//! runs the apply at once. Removal on deletion stays with the helper.
+//! watch before its Deployment was created. Here the finalizer patch (the
+//! same guarded JSON patch the helper sends) goes out at the same time as
+//! the Deployment and the Service, and the helper is handed the object as it
+//! will be, with its finalizer, so it runs the apply at once. Removal on
+//! deletion stays with the helper.
 //!
 //! The patch is remembered until the cache shows it (as children and status
 //! writes are, see `recent`): a reconcile that a child's watch event starts
@@ -19,6 +20,7 @@ use kube::runtime::finalizer;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
+use super::lean::Lean;
 use super::reconcile::FINALIZER;
 use super::{Context, Error, recent};
 use crate::api::ModelService;
@@ -44,37 +46,54 @@ pub fn add_patch(existing: &[String], name: &str) -> Option<Value> {
     })
 }
 
-/// `ms` with our finalizer: as it is when it has it or is being deleted,
-/// else as the API server returns it after the patch.
-pub async fn ensure(
-    ctx: &Context,
-    api: &Api<ModelService>,
-    mut ms: ModelService,
-) -> Result<ModelService, Error> {
+/// What [`ensure`] found: `ms` as it will be once our finalizer is on, and
+/// the write that puts it there, if one is still needed.
+pub struct Ensured {
+    pub ms: ModelService,
+    pub pending: Option<json_patch::Patch>,
+}
+
+/// `ms` with our finalizer, and the patch that adds it unless the object has
+/// it (or is being deleted, or our own earlier patch is merely not cached
+/// yet). The patch is sent by [`add`], concurrently with the first applies:
+/// the children carry owner references, so if the patch fails the garbage
+/// collector still removes them, and the next reconcile tries again.
+pub fn ensure(ctx: &Context, mut ms: ModelService) -> Result<Ensured, Error> {
     if ms.metadata.deletion_timestamp.is_some() {
-        return Ok(ms);
+        return Ok(Ensured { ms, pending: None });
     }
     let key = recent::key_of(&ms);
     let Some(patch) = add_patch(ms.finalizers(), FINALIZER) else {
         // The cache shows it: nothing left to remember.
         ctx.finalized.forget(&key);
-        return Ok(ms);
+        return Ok(Ensured { ms, pending: None });
     };
     let cached_rv = ms.metadata.resource_version.as_deref();
-    if ctx
+    let ours = ctx
         .finalized
         .newer_than_cache(&key, cached_rv, &ctx.stores.modelservices)
-        .is_some()
-    {
+        .is_some();
+    ms.finalizers_mut().push(FINALIZER.to_string());
+    if ours {
         // The server has it; the cached copy is just older than our patch.
-        ms.finalizers_mut().push(FINALIZER.to_string());
-        return Ok(ms);
+        return Ok(Ensured { ms, pending: None });
     }
-    let patch: json_patch::Patch =
-        serde_json::from_value(patch).map_err(|source| Error::Serialize {
-            what: "finalizer patch",
-            source,
-        })?;
+    let patch = serde_json::from_value(patch).map_err(|source| Error::Serialize {
+        what: "finalizer patch",
+        source,
+    })?;
+    Ok(Ensured {
+        ms,
+        pending: Some(patch),
+    })
+}
+
+/// Sends the finalizer patch of [`ensure`] and remembers it until the cache
+/// shows it.
+pub async fn add(ctx: &Context, ms: &ModelService, patch: json_patch::Patch) -> Result<(), Error> {
+    // Only the resourceVersion of the response is read.
+    let api: Api<Lean<ModelService>> =
+        Api::namespaced(ctx.client.clone(), &ms.namespace().unwrap_or_default());
     let patched = api
         .patch(
             &ms.name_any(),
@@ -83,9 +102,12 @@ pub async fn ensure(
         )
         .await
         .map_err(|e| Error::Finalizer(Box::new(finalizer::Error::AddFinalizer(e))))?;
-    ctx.finalized
-        .record(&key, patched.metadata.resource_version.as_deref(), ());
-    Ok(patched)
+    ctx.finalized.record(
+        &recent::key_of(ms),
+        patched.metadata.resource_version.as_deref(),
+        (),
+    );
+    Ok(())
 }
 
 #[cfg(test)]

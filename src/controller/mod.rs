@@ -16,6 +16,7 @@ pub mod guarded;
 pub mod invalid;
 pub mod lean;
 pub mod observe;
+pub mod pods;
 pub mod recent;
 pub mod reconcile;
 pub mod report;

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
@@ -16,20 +15,15 @@ use k8s_openapi::api::core::v1::Pod;
 use super::children::{Cached, HttpRouteChild, ScaledObjectChild};
 use super::guarded::Guarded;
 use super::lean::LeanDeployment;
-use super::observe::{cached, pods};
+use super::observe::{Track, cached, pods};
 use super::{Context, Error, apply, invalid, report, surge};
 use crate::api::{Engine, ModelService};
 use crate::core::diagnosis::{GpuRequest, Problem};
 use crate::core::rollback::{self, RolledBack};
-use crate::core::rollout::{Rollout, rollout};
 use crate::core::status::{KedaSeen, Observed, compute, needs_pods, now_seconds};
 use crate::core::strategy_status::{CanarySeen, RouteSeen};
-use crate::core::tracks::{self, CANARY, TRACK_LABEL, Weights};
+use crate::core::tracks::{self, CANARY, Weights};
 use crate::core::{plan, reasons, validate_with};
-
-/// How soon a starting canary is looked at again: a crash loop is rolled
-/// back within about this long after the pods show it.
-const CANARY_LOOK: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The finalizer the operator puts on every ModelService.
 pub const FINALIZER: &str = "serving.modelservice.dev/cleanup";
@@ -89,16 +83,22 @@ async fn reconcile_valid(ms: ModelService, ctx: &Context) -> Result<Action, Erro
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
     let api: Api<ModelService> = Api::namespaced(ctx.client.clone(), &ns);
-    // Finalizer and children in one pass (see `finalizer::ensure`).
-    let ms = super::finalizer::ensure(ctx, &api, ms).await?;
-    finalizer(&api, FINALIZER, Arc::new(ms), |event| async move {
+    // Finalizer and children in one round trip (see `finalizer`).
+    let ensured = super::finalizer::ensure(ctx, ms)?;
+    let ms = Arc::new(ensured.ms);
+    let helper = finalizer(&api, FINALIZER, ms.clone(), |event| async move {
         match event {
             Finalizer::Apply(ms) => apply_spec(&ms, ctx).await,
             Finalizer::Cleanup(ms) => cleanup(&ms, ctx).await,
         }
-    })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
+    });
+    let (added, result) = match ensured.pending {
+        Some(patch) => futures::join!(super::finalizer::add(ctx, &ms, patch), helper),
+        None => (Ok(()), helper.await),
+    };
+    let action = result.map_err(|e| Error::Finalizer(Box::new(e)))?;
+    added?;
+    Ok(action)
 }
 
 /// What steps 2 to 4 leave for the report.
@@ -157,26 +157,23 @@ async fn apply_spec(ms: &ModelService, ctx: &Context) -> Result<Action, Error> {
     let ns = ms.namespace().unwrap_or_default();
     let name = ms.name_any();
     let acted = validate_build_apply(ms, ctx, &ns, &name).await?;
-    let pods = observe_pods(ctx, &ns, &name, &acted).await?;
-    let ready = report_status(ms, ctx, &ns, &name, &acted, &pods).await?;
+    let pods = observe_pods(ctx, &ns, &name, &acted);
+    let (ready, reported) = report_status(ms, ctx, &ns, &name, &acted, &pods).await?;
     if let Some(e) = acted.failure {
         return Err(e);
     }
-    // A canary's pods change nothing the operator watches when they start
-    // to crash (its Deployment's status stays the same): look again soon
-    // until it serves or is rolled back. One pod list per look, for one
-    // Deployment, and only while a canary starts.
-    let canary_settled = ms.spec.rollout.canary.is_none()
-        || acted.rolled_back.is_some()
-        || acted
-            .canary
-            .as_ref()
-            .is_some_and(|c| matches!(rollout(Some(c.state())), Rollout::Complete { .. }));
-    Ok(Action::requeue(match (ready, canary_settled) {
-        (_, false) => CANARY_LOOK.min(ctx.config.not_ready_requeue),
-        (true, true) => ctx.config.resync,
-        (false, true) => ctx.config.not_ready_requeue,
-    }))
+    // A pod whose diagnosis changes (a canary starting to crash, say)
+    // starts a reconcile through the pod watch; the requeue is only the
+    // safety net of level triggering.
+    let mut next = if ready {
+        ctx.config.resync
+    } else {
+        ctx.config.not_ready_requeue
+    };
+    if let report::Reported::Paced(wait) = reported {
+        next = next.min(wait);
+    }
+    Ok(Action::requeue(next))
 }
 
 /// Steps 2 to 4: validate and build (pure), then apply.
@@ -206,7 +203,10 @@ async fn validate_build_apply(
     let prior = super::tracks::prior(ctx, &valid).await?;
     let mut plan = plan(&valid, Some(&owner), &prior);
     let decision = surge::settle(ctx, &valid, &mut plan.children.deployment).await;
-    match apply::apply_children(ctx, &ms.object_ref(&()), &uid, &plan.children).await {
+    // The spec was reported rolled out before: a write now is a repair.
+    let repair = report::effective_status(ctx, ms).and_then(|s| s.observed_generation)
+        == ms.metadata.generation;
+    match apply::apply_children(ctx, &ms.object_ref(&()), &uid, &plan.children, repair).await {
         Ok(applied) => Ok(Acted {
             deployment: Some(surge::remembered(ctx, decision, applied.deployment)),
             scaled_object: applied.scaled_object,
@@ -229,33 +229,19 @@ async fn validate_build_apply(
     }
 }
 
-/// Step 1, the on-demand part: pods, only when they can explain something.
-async fn observe_pods(
-    ctx: &Context,
-    ns: &str,
-    name: &str,
-    acted: &Acted,
-) -> Result<Vec<Pod>, Error> {
+/// Step 1, the pods: only when they can explain something. The canary's
+/// pods speak for the canary (see `tracks::prior`).
+fn observe_pods(ctx: &Context, ns: &str, name: &str, acted: &Acted) -> Vec<Pod> {
     let state = acted.deployment.as_ref().map(|d| d.state());
     if acted.blocked.is_none() && needs_pods(state) {
-        // The canary's pods speak for the canary (see `tracks::prior`).
-        let mut all = pods(ctx, ns, name, None).await?;
-        all.retain(|p| {
-            p.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(TRACK_LABEL))
-                .map(String::as_str)
-                != Some(CANARY)
-        });
-        Ok(all)
+        pods(ctx, ns, name, Track::Except(CANARY))
     } else {
-        Ok(Vec::new())
+        Vec::new()
     }
 }
 
 /// Step 5: compute the status (pure) and write it if it changed. True when
-/// the model is Ready.
+/// the model is Ready; and what became of the status.
 async fn report_status(
     ms: &ModelService,
     ctx: &Context,
@@ -263,7 +249,7 @@ async fn report_status(
     name: &str,
     acted: &Acted,
     pods: &[Pod],
-) -> Result<bool, Error> {
+) -> Result<(bool, report::Reported), Error> {
     let keda = ms
         .spec
         .autoscaling
@@ -310,25 +296,15 @@ async fn report_status(
     let ready =
         crate::core::conditions::find(&status.conditions, crate::api::condition_types::READY)
             .is_some_and(|c| c.status == "True");
-    report::report(ctx, ms, &ms.object_ref(&()), previous.as_ref(), &status).await?;
-    Ok(ready)
+    let reported = report::report(ctx, ms, &ms.object_ref(&()), previous.as_ref(), &status).await?;
+    Ok((ready, reported))
 }
 
 /// Deletion: children go with owner-reference garbage collection, so cleanup
-/// only forgets the object's metrics and says goodbye. Nothing here can fail
-/// on a missing object, so deletion never hangs on the operator.
+/// only forgets the object. Nothing here can fail on a missing object, so
+/// deletion never hangs on the operator. No Event: the object's going is
+/// its own record, and the Event would outlive it.
 async fn cleanup(ms: &ModelService, ctx: &Context) -> Result<Action, Error> {
-    let ns = ms.namespace().unwrap_or_default();
-    let name = ms.name_any();
-    ctx.forget_object(&ns, &name);
-    let reference: ObjectReference = ms.object_ref(&());
-    ctx.events.publish(
-        &reference,
-        EventType::Normal,
-        "Deleting",
-        "Cleanup",
-        "ModelService is being deleted; its Deployment, Service and HPA are garbage-collected"
-            .into(),
-    );
+    ctx.forget_object(&ms.namespace().unwrap_or_default(), &ms.name_any());
     Ok(Action::await_change())
 }

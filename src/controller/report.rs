@@ -10,27 +10,49 @@ use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
 use super::apply::FIELD_MANAGER;
 use super::lean::Lean;
 use super::{Context, Error, recent};
 use crate::api::{ModelService, ModelServiceStatus, condition_types as ct};
 use crate::core::conditions::find;
+use crate::core::pacing::{self, Write};
+
+/// What [`report`] did with the status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reported {
+    /// It was already there.
+    Unchanged,
+    /// It was written.
+    Written,
+    /// It is only progress, written lately: look again after this long
+    /// (see `core::pacing`).
+    Paced(Duration),
+}
 
 /// Patches `/status` to `new` unless `current` (from [`effective_status`])
-/// already is it; emits an Event when the Degraded condition's cause changed.
-/// Returns whether it wrote.
+/// already is it, or it is only progress and was written lately; emits an
+/// Event when the Degraded condition's cause changed.
 pub async fn report(
     ctx: &Context,
     ms: &ModelService,
     reference: &ObjectReference,
     current: Option<&ModelServiceStatus>,
     new: &ModelServiceStatus,
-) -> Result<bool, Error> {
+) -> Result<Reported, Error> {
     let ns = ms.namespace().unwrap_or_default();
     let name = ms.name_any();
     ctx.metrics.observe_status(&ns, &name, new);
     if current == Some(new) {
-        return Ok(false);
+        return Ok(Reported::Unchanged);
+    }
+    let key = recent::key_of(ms);
+    let since = ctx.status_writes.since(&key);
+    if let Write::After(wait) = pacing::when(current, new, since, ctx.config.status_pace) {
+        return Ok(Reported::Paced(wait));
     }
     // Only the resourceVersion of the response is read: decode it lean.
     let api: Api<Lean<ModelService>> = Api::namespaced(ctx.client.clone(), &ns);
@@ -43,10 +65,11 @@ pub async fn report(
         .await
         .map_err(|e| Error::kube(format!("writing status of {ns}/{name}"), e))?;
     ctx.written_status.record(
-        &recent::key_of(ms),
+        &key,
         written.metadata.resource_version.as_deref(),
         new.clone(),
     );
+    ctx.status_writes.wrote(&key);
     if let Some((type_, reason, note)) = degraded_change(current, new) {
         ctx.events
             .publish(reference, type_, &reason, "Diagnose", note);
@@ -60,7 +83,34 @@ pub async fn report(
             note,
         );
     }
-    Ok(true)
+    Ok(Reported::Written)
+}
+
+/// When each object's status was last written by us, for the pace of
+/// progress-only writes. An entry older than any pace is worth nothing, so
+/// entries go on the object's deletion (`Context::forget_object`).
+#[derive(Debug, Default)]
+pub struct StatusWrites(Mutex<HashMap<String, Instant>>);
+
+impl StatusWrites {
+    /// Time since our last status write of `key`, if we made one.
+    pub fn since(&self, key: &str) -> Option<Duration> {
+        let m = self.0.lock().ok()?;
+        m.get(key).map(Instant::elapsed)
+    }
+
+    fn wrote(&self, key: &str) {
+        if let Ok(mut m) = self.0.lock() {
+            m.insert(key.to_string(), Instant::now());
+        }
+    }
+
+    /// Forgets `key`'s last write.
+    pub fn forget(&self, key: &str) {
+        if let Ok(mut m) = self.0.lock() {
+            m.remove(key);
+        }
+    }
 }
 
 /// The status as it really is now: our own last write while the cache has

@@ -3,7 +3,7 @@
 //! can explain a failure.
 
 use super::lean::LeanDeployment;
-use super::observe::{cached, pods};
+use super::observe::{Track, cached, pods};
 use super::{Context, Error};
 use crate::core::diagnosis::GpuRequest;
 use crate::core::status::needs_pods;
@@ -33,12 +33,11 @@ pub async fn prior(ctx: &Context, v: &ValidSpec) -> Result<Prior, Error> {
         gpus: v.spec.resources.gpus,
         resource: &v.spec.resources.gpu_resource,
     };
-    // Pods are read only while the canary is neither rolled back nor
-    // complete: a healthy or rolled-back canary costs no request.
+    // Pods speak only while the canary is neither rolled back nor complete.
     let canary_cause = match canary.as_deref() {
         Some(c) if canary_kept.is_none() => {
             let pods = if needs_pods(Some(c.state())) {
-                pods(ctx, ns, name, Some(CANARY)).await?
+                pods(ctx, ns, name, Track::Only(CANARY))
             } else {
                 Vec::new()
             };

@@ -27,6 +27,7 @@ use crate::controller::events::Events;
 use crate::controller::freshness::Freshness;
 use crate::controller::guarded::Guarded;
 use crate::controller::lean::LAST_APPLIED;
+use crate::controller::pods::PodView;
 use crate::controller::{Context, ControllerConfig, Leadership, Stores, error_policy, reconcile};
 use crate::metrics::Metrics;
 use crate::webhook::{self, Convert, WebhookConfig, WebhookError};
@@ -281,10 +282,19 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
         metrics: &metrics,
         stores: &ctx.stores,
     };
-    writers.each(&ctx.stores, &mut owned);
+    let pod_writer = writers.each(&ctx.stores, &mut owned);
     let Some(controller) = owned.controller else {
         return Ok(());
     };
+    let controller = controller.watches_stream(
+        watches::pod_watch(
+            api::<PodView>(&client, ns),
+            pod_writer,
+            ctx.stores.pods.fresh.clone(),
+            metrics.clone(),
+        ),
+        |pod: PodView| pod.owner::<Guarded<ModelService>>(),
+    );
     let controller = controller
         .trigger_backoff(watches::NoTriggerBackoff)
         .with_config(ControllerRuntimeConfig::default().concurrency(cfg.controller.concurrency))

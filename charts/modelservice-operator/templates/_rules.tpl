@@ -51,10 +51,10 @@ watchNamespace). Included by templates/rbac.yaml.
   resources: ["httproutes"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Read-only: diagnose why pods do not serve (InsufficientGPU, ImagePullFailed,
-# ...).
+# ...), from one watch of the pods labelled managed-by modelservice-operator.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list"]
+  verbs: ["list", "watch"]
 # Kubernetes Events on ModelServices.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]

@@ -1,0 +1,431 @@
+//! The pods of every ModelService, from one watch instead of a list per
+//! reconcile.
+//!
+//! Diagnosis (why a model does not serve) and the canary's rollback read the
+//! pods while a rollout is under way. Listing them per reconcile cost one
+//! request each time, and each list scans the namespace in the API server:
+//! thousands of pods in one namespace made that grow as N². A watch selected
+//! on our `managed-by` label costs one list at start and one stream, and its
+//! cache keeps only what diagnosis reads: names, the two labels that say
+//! whose pod it is, deletion, the `PodScheduled` condition and the container
+//! states. The rest of a pod (its spec above all) is skipped while decoding,
+//! never allocated (BENCHMARKS.md has the figures).
+//!
+//! The watch also starts reconciles, but only when what diagnosis would say
+//! about a pod changes ([`ProblemMemory`]): a pod that becomes unschedulable,
+//! starts crash-looping or recovers. Healthy pods coming and going change
+//! nothing here; the Deployment's status already reports them.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+
+use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod, PodCondition, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::Resource;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use serde::{Deserialize, Deserializer};
+
+use crate::core::diagnosis::{GpuRequest, diagnose};
+use crate::core::labels::INSTANCE_LABEL;
+use crate::core::tracks::TRACK_LABEL;
+
+/// A pod as the cache keeps it: a [`Pod`] with only the fields diagnosis
+/// reads filled in.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PodView(pub Pod);
+
+impl Resource for PodView {
+    type DynamicType = ();
+    type Scope = <Pod as Resource>::Scope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        Pod::kind(&())
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        Pod::group(&())
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        Pod::version(&())
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        Pod::plural(&())
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.0.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.0.metadata
+    }
+}
+
+/// The pod as it comes from the wire; every field not named here is skipped.
+#[derive(Deserialize)]
+struct Wire {
+    #[serde(default)]
+    metadata: MetaWire,
+    #[serde(default)]
+    status: Option<StatusWire>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct MetaWire {
+    name: Option<String>,
+    namespace: Option<String>,
+    resource_version: Option<String>,
+    uid: Option<String>,
+    deletion_timestamp: Option<Time>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct StatusWire {
+    #[serde(default)]
+    conditions: Vec<PodCondition>,
+    #[serde(default)]
+    container_statuses: Vec<ContainerWire>,
+    #[serde(default)]
+    init_container_statuses: Vec<ContainerWire>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct ContainerWire {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    image: String,
+    #[serde(default)]
+    restart_count: i32,
+    state: Option<ContainerState>,
+    last_state: Option<ContainerState>,
+}
+
+impl ContainerWire {
+    fn slim(self) -> ContainerStatus {
+        // A running container's start time and a waiting one's reason are
+        // all diagnosis reads; of the last state, only how it ended.
+        let last_state = self
+            .last_state
+            .and_then(|s| s.terminated)
+            .map(|t| ContainerState {
+                terminated: Some(t),
+                ..ContainerState::default()
+            });
+        ContainerStatus {
+            name: self.name,
+            image: self.image,
+            restart_count: self.restart_count,
+            state: self.state,
+            last_state,
+            ..ContainerStatus::default()
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for PodView {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let w = Wire::deserialize(d)?;
+        let mut labels = w.metadata.labels;
+        labels.retain(|k, _| k == INSTANCE_LABEL || k == TRACK_LABEL);
+        let metadata = ObjectMeta {
+            name: w.metadata.name,
+            namespace: w.metadata.namespace,
+            resource_version: w.metadata.resource_version,
+            uid: w.metadata.uid,
+            deletion_timestamp: w.metadata.deletion_timestamp,
+            labels: (!labels.is_empty()).then_some(labels),
+            ..ObjectMeta::default()
+        };
+        let status = w.status.map(|s| {
+            let list = |v: Vec<ContainerWire>| {
+                (!v.is_empty()).then(|| v.into_iter().map(ContainerWire::slim).collect())
+            };
+            let scheduled: Vec<PodCondition> = s
+                .conditions
+                .into_iter()
+                .filter(|c| c.type_ == "PodScheduled")
+                .collect();
+            PodStatus {
+                conditions: (!scheduled.is_empty()).then_some(scheduled),
+                container_statuses: list(s.container_statuses),
+                init_container_statuses: list(s.init_container_statuses),
+                ..PodStatus::default()
+            }
+        });
+        Ok(PodView(Pod {
+            metadata,
+            spec: None,
+            status,
+        }))
+    }
+}
+
+impl PodView {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.0
+            .metadata
+            .labels
+            .as_ref()?
+            .get(key)
+            .map(String::as_str)
+    }
+
+    /// The ModelService whose pod this is.
+    pub fn owner<K: Resource<DynamicType = ()>>(&self) -> Option<ObjectRef<K>> {
+        let ns = self.0.metadata.namespace.as_deref()?;
+        Some(ObjectRef::new(self.label(INSTANCE_LABEL)?).within(ns))
+    }
+}
+
+/// Which pods of a ModelService to read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Track<'a> {
+    /// Those of one track (`serving.modelservice.dev/track`).
+    Only(&'a str),
+    /// All but those of one track.
+    Except(&'a str),
+}
+
+/// The cached pods of ModelService `name` in `namespace`, of `track`.
+pub fn of(store: &Store<PodView>, namespace: &str, name: &str, track: Track<'_>) -> Vec<Pod> {
+    store
+        .state()
+        .iter()
+        .filter(|p| {
+            p.0.metadata.namespace.as_deref() == Some(namespace)
+                && p.label(INSTANCE_LABEL) == Some(name)
+                && match track {
+                    Track::Only(t) => p.label(TRACK_LABEL) == Some(t),
+                    Track::Except(t) => p.label(TRACK_LABEL) != Some(t),
+                }
+        })
+        .map(|p| p.0.clone())
+        .collect()
+}
+
+/// What diagnosis would say about this one pod, as a hash; 0 when nothing.
+/// The GPU request only words the message, so any will do here.
+fn problem(pod: &Pod) -> u64 {
+    let gpu = GpuRequest {
+        gpus: 1,
+        resource: "nvidia.com/gpu",
+    };
+    match diagnose(std::slice::from_ref(pod), gpu) {
+        None => 0,
+        Some(p) => {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            (p.reason, p.message).hash(&mut h);
+            h.finish().max(1)
+        }
+    }
+}
+
+/// The pods that currently have a problem, and what it is: a watch event
+/// starts a reconcile only when that changes. Pods without one take no
+/// room here.
+#[derive(Debug, Default)]
+pub struct ProblemMemory {
+    problems: HashMap<(String, String), u64>,
+}
+
+impl ProblemMemory {
+    /// The pod whose problem changed with `event`, if one did.
+    pub fn changed(&mut self, event: watcher::Event<PodView>) -> Option<PodView> {
+        let key = |p: &PodView| {
+            (
+                p.0.metadata.namespace.clone().unwrap_or_default(),
+                p.0.metadata.name.clone().unwrap_or_default(),
+            )
+        };
+        match event {
+            // A relist: forget, and let every pod with a problem speak again.
+            watcher::Event::Init => {
+                self.problems.clear();
+                None
+            }
+            watcher::Event::InitDone => None,
+            watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+                let now = problem(&p.0);
+                let before = if now == 0 {
+                    self.problems.remove(&key(&p))
+                } else {
+                    self.problems.insert(key(&p), now)
+                };
+                (before.unwrap_or(0) != now).then_some(p)
+            }
+            watcher::Event::Delete(p) => self.problems.remove(&key(&p)).map(|_| p),
+        }
+    }
+
+    /// How many pods have a problem now.
+    pub fn len(&self) -> usize {
+        self.problems.len()
+    }
+
+    /// True when no pod has a problem.
+    pub fn is_empty(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn wire(name: &str, track: Option<&str>, status: serde_json::Value) -> serde_json::Value {
+        let mut labels = json!({
+            "app.kubernetes.io/instance": "m",
+            "app.kubernetes.io/name": "modelservice",
+            "pod-template-hash": "abc",
+        });
+        if let Some(t) = track {
+            labels[TRACK_LABEL] = json!(t);
+        }
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": "7", "uid": "u",
+                "labels": labels,
+                "annotations": {"big": "x".repeat(1000)},
+                "managedFields": [{"manager": "kube-controller-manager", "fieldsV1": {"f:spec": {}}}]},
+            "spec": {"containers": [{"name": "server", "image": "vllm", "args": ["--model", "m"],
+                "env": [{"name": "A", "value": "b"}]}], "nodeName": "n"},
+            "status": status,
+        })
+    }
+
+    fn view(v: serde_json::Value) -> PodView {
+        serde_json::from_value(v).unwrap_or_default()
+    }
+
+    fn unschedulable(name: &str) -> PodView {
+        view(wire(
+            name,
+            None,
+            json!({"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}]}),
+        ))
+    }
+
+    fn running(name: &str) -> PodView {
+        view(wire(
+            name,
+            None,
+            json!({"phase": "Running", "podIP": "10.0.0.1", "conditions": [
+                {"type": "Ready", "status": "True"},
+                {"type": "PodScheduled", "status": "True"}],
+                "containerStatuses": [{"name": "server", "image": "vllm", "imageID": "sha",
+                    "ready": true, "restartCount": 0, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]}),
+        ))
+    }
+
+    #[test]
+    fn keeps_what_diagnosis_reads_and_nothing_else() {
+        let p = unschedulable("a");
+        let labels = p.0.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(labels.keys().collect::<Vec<_>>(), [INSTANCE_LABEL]);
+        assert!(p.0.spec.is_none());
+        assert!(p.0.metadata.annotations.is_none());
+        assert!(p.0.metadata.managed_fields.is_none());
+        assert_eq!(p.0.metadata.resource_version.as_deref(), Some("7"));
+        let d = diagnose(
+            &[p.0],
+            GpuRequest {
+                gpus: 1,
+                resource: "nvidia.com/gpu",
+            },
+        );
+        assert_eq!(
+            d.map(|d| d.reason),
+            Some(crate::core::reasons::INSUFFICIENT_GPU)
+        );
+        let r = running("b");
+        let conds = r.0.status.as_ref().and_then(|s| s.conditions.clone());
+        assert_eq!(conds.map(|c| c.len()), Some(1), "only PodScheduled is kept");
+    }
+
+    #[test]
+    fn a_crash_loop_is_diagnosed_from_the_kept_fields() {
+        let p = view(wire(
+            "c",
+            Some("canary"),
+            json!({"containerStatuses": [{"name": "server", "image": "x:crashloop", "restartCount": 3,
+                "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+                "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}),
+        ));
+        let d = diagnose(
+            std::slice::from_ref(&p.0),
+            GpuRequest {
+                gpus: 0,
+                resource: "nvidia.com/gpu",
+            },
+        );
+        assert_eq!(
+            d.map(|d| d.message),
+            Some("container server is crash-looping after 3 restarts; last exit: Error (code 1); see `kubectl logs --previous`".into())
+        );
+        assert_eq!(p.label(TRACK_LABEL), Some("canary"));
+    }
+
+    #[test]
+    fn pods_are_read_per_model_and_track() {
+        let (store, mut writer) = kube::runtime::reflector::store::<PodView>();
+        let mut other = running("o");
+        other.0.metadata.labels = Some(BTreeMap::from([(INSTANCE_LABEL.into(), "n".into())]));
+        for p in [
+            running("a"),
+            view(wire("c", Some("canary"), json!({}))),
+            other,
+        ] {
+            writer.apply_watcher_event(&watcher::Event::Apply(p));
+        }
+        let names = |v: Vec<Pod>| {
+            let mut n: Vec<String> = v.into_iter().filter_map(|p| p.metadata.name).collect();
+            n.sort();
+            n
+        };
+        assert_eq!(names(of(&store, "ns", "m", Track::Except("canary"))), ["a"]);
+        assert_eq!(names(of(&store, "ns", "m", Track::Only("canary"))), ["c"]);
+        assert!(of(&store, "other", "m", Track::Except("canary")).is_empty());
+        assert_eq!(
+            running("a").owner::<Pod>(),
+            Some(ObjectRef::new("m").within("ns"))
+        );
+    }
+
+    #[test]
+    fn only_a_change_in_what_diagnosis_says_starts_a_reconcile() {
+        let mut m = ProblemMemory::default();
+        let apply = |m: &mut ProblemMemory, p: PodView| m.changed(watcher::Event::Apply(p));
+        // A healthy pod coming and going: nothing to say.
+        assert!(apply(&mut m, running("a")).is_none());
+        assert!(m.changed(watcher::Event::Delete(running("a"))).is_none());
+        // Becoming unschedulable is news once, however often it is repeated.
+        assert!(apply(&mut m, unschedulable("b")).is_some());
+        assert!(apply(&mut m, unschedulable("b")).is_none());
+        assert_eq!(m.len(), 1);
+        // Recovering is news too, and leaves nothing behind.
+        assert!(apply(&mut m, running("b")).is_some());
+        assert!(m.is_empty());
+        // A pod deleted while it had a problem.
+        assert!(apply(&mut m, unschedulable("c")).is_some());
+        assert!(
+            m.changed(watcher::Event::Delete(unschedulable("c")))
+                .is_some()
+        );
+        assert!(m.is_empty());
+        // After a relist, a pod with a problem speaks again.
+        assert!(apply(&mut m, unschedulable("d")).is_some());
+        assert!(m.changed(watcher::Event::Init).is_none());
+        assert!(
+            m.changed(watcher::Event::InitApply(unschedulable("d")))
+                .is_some()
+        );
+    }
+}
