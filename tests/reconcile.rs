@@ -105,7 +105,25 @@ struct World {
     writers: Writers,
 }
 
+/// A world whose status writes are not paced: most tests look at the status
+/// right after one reconcile (`paced_world` tests the pace itself).
 async fn world(leader: bool) -> World {
+    world_with(
+        leader,
+        ControllerConfig {
+            status_pace: std::time::Duration::ZERO,
+            ..ControllerConfig::default()
+        },
+    )
+    .await
+}
+
+/// A world with the operator's default pace of status writes.
+async fn paced_world() -> World {
+    world_with(true, ControllerConfig::default()).await
+}
+
+async fn world_with(leader: bool, config: ControllerConfig) -> World {
     let fake = FakeApiServer::builder().start().await;
     let client = fake.client();
     let ns: k8s_openapi::api::core::v1::Namespace = serde_json::from_value(
@@ -130,7 +148,7 @@ async fn world(leader: bool) -> World {
     let ctx = Context::new(
         client.clone(),
         stores,
-        ControllerConfig::default(),
+        config,
         metrics,
         events,
         Leadership::new(leader),
@@ -741,7 +759,7 @@ async fn a_child_put_back_is_announced_once() {
 
 #[tokio::test]
 async fn rollout_progress_is_written_at_a_pace_and_its_end_at_once() {
-    let w = world(true).await;
+    let w = paced_world().await;
     let mut s = spec();
     s.as_object_mut().map(|o| o.remove("autoscaling"));
     let ms = w.create("paced", s).await;
@@ -849,4 +867,25 @@ async fn a_pod_problem_is_read_from_the_pod_cache() {
         condition(&w.get("short").await, "Ready"),
         Some(("False".into(), "InsufficientGPU".into()))
     );
+}
+
+#[tokio::test]
+async fn a_new_object_is_first_reported_with_its_verdict_or_after_the_pace() {
+    let w = paced_world().await;
+    let ms = w.create("first", spec()).await;
+    let action = w.reconcile(ms).await;
+    let pace = ControllerConfig::default().status_pace;
+    assert!(
+        w.get("first").await.status.is_none(),
+        "the Deployment controller has not looked yet: nothing worth a write"
+    );
+    assert!(
+        action != Action::requeue(ControllerConfig::default().not_ready_requeue),
+        "looked at again within the pace: {action:?}"
+    );
+    tokio::time::sleep(pace).await;
+    let w = w.synced().await;
+    w.reconcile(w.get("first").await).await;
+    let ms = w.get("first").await;
+    assert_eq!(ms.status.and_then(|s| s.observed_generation), Some(1));
 }

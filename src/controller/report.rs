@@ -19,7 +19,7 @@ use super::lean::Lean;
 use super::{Context, Error, recent};
 use crate::api::{ModelService, ModelServiceStatus, condition_types as ct};
 use crate::core::conditions::find;
-use crate::core::pacing::{self, Write};
+use crate::core::pacing::{self, Timing, Write};
 
 /// What [`report`] did with the status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,8 +50,10 @@ pub async fn report(
         return Ok(Reported::Unchanged);
     }
     let key = recent::key_of(ms);
-    let since = ctx.status_writes.since(&key);
-    if let Write::After(wait) = pacing::when(current, new, since, ctx.config.status_pace) {
+    let timing = ctx
+        .status_writes
+        .timing(&key, new.observed_generation.unwrap_or(0));
+    if let Write::After(wait) = pacing::when(current, new, timing, ctx.config.status_pace) {
         return Ok(Reported::Paced(wait));
     }
     // Only the resourceVersion of the response is read: decode it lean.
@@ -86,26 +88,55 @@ pub async fn report(
     Ok(Reported::Written)
 }
 
-/// When each object's status was last written by us, for the pace of
-/// progress-only writes. An entry older than any pace is worth nothing, so
-/// entries go on the object's deletion (`Context::forget_object`).
+/// When each object's status was last written by us, and when a reconcile
+/// first computed a status for its current generation: the two times the
+/// pace of status writes depends on (see `core::pacing`). Entries go on the
+/// object's deletion (`Context::forget_object`).
 #[derive(Debug, Default)]
-pub struct StatusWrites(Mutex<HashMap<String, Instant>>);
+pub struct StatusWrites(Mutex<HashMap<String, Times>>);
+
+#[derive(Debug, Clone, Copy)]
+struct Times {
+    written: Option<Instant>,
+    generation: i64,
+    generation_seen: Instant,
+}
 
 impl StatusWrites {
-    /// Time since our last status write of `key`, if we made one.
-    pub fn since(&self, key: &str) -> Option<Duration> {
-        let m = self.0.lock().ok()?;
-        m.get(key).map(Instant::elapsed)
-    }
-
-    fn wrote(&self, key: &str) {
-        if let Ok(mut m) = self.0.lock() {
-            m.insert(key.to_string(), Instant::now());
+    /// The timing of `key` for a status of `generation` (first seen now, if
+    /// it is new).
+    pub fn timing(&self, key: &str, generation: i64) -> Timing {
+        let now = Instant::now();
+        let Ok(mut m) = self.0.lock() else {
+            return Timing {
+                since_last_write: None,
+                since_generation_seen: Duration::MAX,
+            };
+        };
+        let t = m.entry(key.to_string()).or_insert(Times {
+            written: None,
+            generation,
+            generation_seen: now,
+        });
+        if t.generation != generation {
+            t.generation = generation;
+            t.generation_seen = now;
+        }
+        Timing {
+            since_last_write: t.written.map(|w| now - w),
+            since_generation_seen: now - t.generation_seen,
         }
     }
 
-    /// Forgets `key`'s last write.
+    fn wrote(&self, key: &str) {
+        if let Ok(mut m) = self.0.lock()
+            && let Some(t) = m.get_mut(key)
+        {
+            t.written = Some(Instant::now());
+        }
+    }
+
+    /// Forgets `key`.
     pub fn forget(&self, key: &str) {
         if let Ok(mut m) = self.0.lock() {
             m.remove(key);

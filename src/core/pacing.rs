@@ -11,10 +11,21 @@
 //! generation, the URL, weights, the autoscaler or route state) is written
 //! at once. The last step of a rollout is always news (Ready turns True, or
 //! the reason names a problem), so the final status is never late.
+//!
+//! A new generation is likewise first reported with its verdict: Ready,
+//! a named problem (Degraded), or a rollout that ended (Progressing False).
+//! Before that, what the operator could say within the first moments ("the
+//! Deployment controller has not looked yet", "0/1 pods updated") is stale
+//! a few milliseconds later, and cost one more patch per ModelService. So
+//! it waits for the verdict, at most one pace; after that the rollout's
+//! progress is written anyway. Meanwhile the object's status still carries
+//! the previous `observedGeneration`, so no reader mistakes the old verdict
+//! for the new spec's.
 
 use std::time::Duration;
 
-use crate::api::ModelServiceStatus;
+use crate::api::{ModelServiceStatus, condition_types as ct};
+use crate::core::conditions::find;
 
 /// What to do with a computed status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,25 +37,45 @@ pub enum Write {
     After(Duration),
 }
 
-/// `new` against the status the object carries (`current`), with the time
-/// since our last status write of this object (`None`: not since start).
-/// Call only when the two differ.
+/// How long ago things happened to one object, as the operator saw them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    /// Since our last status write (`None`: none since start).
+    pub since_last_write: Option<Duration>,
+    /// Since a reconcile first computed a status for the generation `new`
+    /// describes.
+    pub since_generation_seen: Duration,
+}
+
+/// `new` against the status the object carries (`current`). Call only when
+/// the two differ.
 pub fn when(
     current: Option<&ModelServiceStatus>,
     new: &ModelServiceStatus,
-    since_last_write: Option<Duration>,
+    timing: Timing,
     pace: Duration,
 ) -> Write {
+    let new_generation = current.and_then(|c| c.observed_generation) != new.observed_generation;
+    if new_generation && !is_verdict(new) && timing.since_generation_seen < pace {
+        return Write::After(pace - timing.since_generation_seen);
+    }
     let Some(current) = current else {
         return Write::Now;
     };
     if is_news(current, new) {
         return Write::Now;
     }
-    match since_last_write {
+    match timing.since_last_write {
         Some(since) if since < pace => Write::After(pace - since),
         _ => Write::Now,
     }
+}
+
+/// True when `new` says how the rollout ended or what stops it: Ready,
+/// Degraded, or Progressing False.
+pub fn is_verdict(new: &ModelServiceStatus) -> bool {
+    let is = |t: &str, v: &str| find(&new.conditions, t).is_some_and(|c| c.status == v);
+    is(ct::READY, "True") || is(ct::DEGRADED, "True") || is(ct::PROGRESSING, "False")
 }
 
 /// True when `new` differs from `old` in more than progress: anything but
@@ -94,19 +125,62 @@ mod tests {
         let counted = status("False", "RollingOut", "1/1 pods updated", 1);
         let ready = status("True", "Available", "1/1 replicas ready", 1);
         let short = status("False", "InsufficientGPU", "no node has 1 free GPU", 1);
-        let recent = Some(Duration::from_millis(500));
+        let t = |last: Option<u64>| Timing {
+            since_last_write: last.map(Duration::from_millis),
+            since_generation_seen: Duration::from_secs(60),
+        };
         assert_eq!(
-            when(Some(&rolling), &counted, recent, PACE),
+            when(Some(&rolling), &counted, t(Some(500)), PACE),
             Write::After(Duration::from_millis(1500))
         );
-        assert_eq!(when(Some(&rolling), &ready, recent, PACE), Write::Now);
-        assert_eq!(when(Some(&rolling), &short, recent, PACE), Write::Now);
+        assert_eq!(when(Some(&rolling), &ready, t(Some(500)), PACE), Write::Now);
+        assert_eq!(when(Some(&rolling), &short, t(Some(500)), PACE), Write::Now);
         // Progress is written once the pace has passed, or when we have not
         // written since start (the last write's time is unknown).
-        assert_eq!(when(Some(&rolling), &counted, Some(PACE), PACE), Write::Now);
-        assert_eq!(when(Some(&rolling), &counted, None, PACE), Write::Now);
-        // The first status of an object is news.
-        assert_eq!(when(None, &rolling, recent, PACE), Write::Now);
+        assert_eq!(
+            when(Some(&rolling), &counted, t(Some(2000)), PACE),
+            Write::Now
+        );
+        assert_eq!(when(Some(&rolling), &counted, t(None), PACE), Write::Now);
+    }
+
+    #[test]
+    fn a_new_generation_is_first_reported_with_its_verdict_or_after_the_pace() {
+        let rolling = status(
+            "False",
+            "RollingOut",
+            "waiting for the Deployment controller",
+            0,
+        );
+        let ready = status("True", "Available", "1/1 replicas ready", 1);
+        let mut short = status("False", "InsufficientGPU", "no node has 1 free GPU", 1);
+        let degraded = serde_json::from_value(json!({"type": "Degraded", "status": "True",
+            "reason": "InsufficientGPU", "message": "no node", "lastTransitionTime": "2026-01-01T00:00:00Z"}));
+        short.conditions.extend(degraded.ok());
+        let fresh = Timing {
+            since_last_write: None,
+            since_generation_seen: Duration::from_millis(300),
+        };
+        // A new object: its first moments wait, its verdict does not.
+        assert_eq!(
+            when(None, &rolling, fresh, PACE),
+            Write::After(Duration::from_millis(1700))
+        );
+        assert_eq!(when(None, &ready, fresh, PACE), Write::Now);
+        assert_eq!(when(None, &short, fresh, PACE), Write::Now);
+        let later = Timing {
+            since_generation_seen: PACE,
+            ..fresh
+        };
+        assert_eq!(when(None, &rolling, later, PACE), Write::Now);
+        // A spec change: the same for generation 2.
+        let mut rolling2 = rolling.clone();
+        rolling2.observed_generation = Some(2);
+        assert_eq!(
+            when(Some(&ready), &rolling2, fresh, PACE),
+            Write::After(Duration::from_millis(1700))
+        );
+        assert!(is_verdict(&ready) && is_verdict(&short) && !is_verdict(&rolling));
     }
 
     #[test]
