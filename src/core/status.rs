@@ -129,7 +129,9 @@ pub fn compute(
                 ct::PROGRESSING,
                 false,
                 reasons::ROLLOUT_COMPLETE,
-                "the current spec is rolled out",
+                // How it was rolled out stays said: a fast rollout's verdict
+                // is its first report (see `pacing`).
+                with_decision("the current spec is rolled out".into(), o.surge),
             ),
         ),
         Rollout::Complete { available, desired } => (
@@ -143,7 +145,9 @@ pub fn compute(
                 ct::PROGRESSING,
                 false,
                 reasons::ROLLOUT_COMPLETE,
-                "the current spec is rolled out",
+                // How it was rolled out stays said: a fast rollout's verdict
+                // is its first report (see `pacing`).
+                with_decision("the current spec is rolled out".into(), o.surge),
             ),
         ),
         Rollout::Missing | Rollout::NotObserved => {
@@ -548,7 +552,7 @@ mod tests {
     }
 
     #[test]
-    fn the_surge_decision_is_stated_while_the_rollout_runs() {
+    fn the_surge_decision_is_stated_while_the_rollout_runs_and_once_it_is_done() {
         let d = rolling();
         let mut o = observed(Some(&d), &[]);
         o.surge = Some("surging: node gpu-3 has 2 free nvidia.com/gpu");
@@ -569,8 +573,8 @@ mod tests {
         let s = compute(None, &o, &t(10));
         assert_eq!(
             find(&s.conditions, "Progressing").map(|c| c.message.as_str()),
-            Some("the current spec is rolled out"),
-            "once rolled out, the decision is history"
+            Some("the current spec is rolled out; surging: node gpu-3 has 2 free nvidia.com/gpu"),
+            "a rollout that is done before its first report still says how it went"
         );
     }
 
