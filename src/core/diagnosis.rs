@@ -68,6 +68,22 @@ pub fn diagnose(pods: &[Pod], gpu: GpuRequest<'_>) -> Option<Problem> {
     })
 }
 
+/// True when no pod is there to judge yet, or the scheduler has not looked
+/// at one of them: what diagnosis finds (or does not) is not final.
+pub fn undecided(pods: &[Pod]) -> bool {
+    let live: Vec<&Pod> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    live.is_empty()
+        || live.iter().any(|p| {
+            !p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "PodScheduled"))
+        })
+}
+
 fn image_pull_problem(cs: &ContainerStatus) -> Option<Problem> {
     let waiting = cs.state.as_ref()?.waiting.as_ref()?;
     let reason = waiting.reason.as_deref()?;

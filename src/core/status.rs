@@ -7,8 +7,8 @@
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::conditions::{Wanted, merge};
-use super::diagnosis::{GpuRequest, Problem, diagnose};
+use super::conditions::{Wanted, find, merge};
+use super::diagnosis::{self, GpuRequest, Problem, diagnose};
 use super::labels::selector_string;
 use super::reasons;
 use super::rollout::{DeploymentState, Rollout, rollout};
@@ -104,6 +104,26 @@ pub fn needs_pods(deployment: Option<DeploymentState<'_>>) -> bool {
     )
 }
 
+/// The pod-level problem `previous` reported, while nothing says it is over:
+/// a rollout's new pods that the Deployment controller or the scheduler
+/// have not looked at yet have not fixed it. Without this, every rollout of
+/// a model waiting for GPUs said "Recovered" and then the same Warning again.
+fn still_open(previous: Option<&ModelServiceStatus>) -> Option<Problem> {
+    let d = find(&previous?.conditions, ct::DEGRADED).filter(|c| c.status == "True")?;
+    let reason = [
+        reasons::IMAGE_PULL_FAILED,
+        reasons::CRASH_LOOPING,
+        reasons::INSUFFICIENT_GPU,
+        reasons::UNSCHEDULABLE,
+    ]
+    .into_iter()
+    .find(|r| *r == d.reason)?;
+    Some(Problem {
+        reason,
+        message: d.message.clone(),
+    })
+}
+
 /// Computes the new status. `previous` supplies transition times.
 pub fn compute(
     previous: Option<&ModelServiceStatus>,
@@ -113,7 +133,13 @@ pub fn compute(
     let state = rollout(o.deployment);
     let problem = o.blocked.clone().or_else(|| {
         (!matches!(state, Rollout::Complete { .. }))
-            .then(|| diagnose(o.pods, o.gpu))
+            .then(|| {
+                diagnose(o.pods, o.gpu).or_else(|| {
+                    let undecided = matches!(state, Rollout::Missing | Rollout::NotObserved)
+                        || diagnosis::undecided(o.pods);
+                    undecided.then(|| still_open(previous)).flatten()
+                })
+            })
             .flatten()
     });
 
@@ -430,6 +456,39 @@ mod tests {
         assert_eq!(cond(&s, "Degraded"), ("True", "InsufficientGPU"));
         assert_eq!(cond(&s, "Ready"), ("False", "InsufficientGPU"));
         assert_eq!(cond(&s, "Progressing"), ("True", "RollingOut"));
+    }
+
+    #[test]
+    fn a_gpu_shortage_stays_until_new_pods_are_judged() {
+        let short = [unschedulable(
+            "llama-1",
+            "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+        )];
+        let before = compute(None, &observed(Some(&rolling()), &short), &t(10));
+        // A rollout starts: the Deployment controller has not looked, and no
+        // pod is read; then a new pod the scheduler has not looked at.
+        let mut unobserved = rolling();
+        unobserved.metadata.generation = Some(9);
+        let s = compute(Some(&before), &observed(Some(&unobserved), &[]), &t(11));
+        assert_eq!(cond(&s, "Degraded"), ("True", "InsufficientGPU"));
+        let fresh = crate::core::diagnosis::tests::pod("llama-2", json!({"phase": "Pending"}));
+        let s = compute(
+            Some(&before),
+            &observed(Some(&rolling()), std::slice::from_ref(&fresh)),
+            &t(12),
+        );
+        assert_eq!(cond(&s, "Degraded"), ("True", "InsufficientGPU"));
+        // The scheduler placed it: that is recovery.
+        let placed = crate::core::diagnosis::tests::pod(
+            "llama-2",
+            json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}),
+        );
+        let s = compute(
+            Some(&before),
+            &observed(Some(&rolling()), std::slice::from_ref(&placed)),
+            &t(13),
+        );
+        assert_eq!(cond(&s, "Degraded"), ("False", "AsExpected"));
     }
 
     #[test]
