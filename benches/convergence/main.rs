@@ -757,7 +757,8 @@ fn main() {
         );
         println!();
         println!(
-            "| N | variant | client | cold | × bare | rollout | × bare rollout | requests/MS cold, until settled | writes/MS cold | writes in the idle {} s | peak RSS (VmHWM) | vs client-go |",
+            "| N | variant | client | cold | × bare | rollout | × bare rollout | requests/MS cold, until {} | writes/MS cold | writes in the idle {} s | peak RSS (VmHWM) | vs client-go |",
+            if cluster { "settled" } else { "converged" },
             o.idle.as_secs()
         );
         println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
@@ -781,6 +782,8 @@ fn main() {
         }
         if !cluster {
             println!();
+            println!("| N | minimal client | writes only, median (of 3) | from first create, median (of 3) |");
+            println!("|---|---|---|---|");
             let mut baselines = Vec::new();
             for &n in &o.ns {
                 let four = minimal::measure(&mut run, n, o.concurrency as usize, false).await;
