@@ -3,6 +3,7 @@
 //! end-to-end suite. The phases and what they measure are the same on both.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use fake_apiserver::{FakeApiServer, RequestCounts};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -11,7 +12,35 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use modelservice_operator::api::ModelService;
+use modelservice_operator::metrics::Metrics;
+use modelservice_operator::runtime::api_requests::CountRequests;
 use serde_json::{Value, json};
+
+use crate::measure::{ApiCounts, Requests, apiserver_requests, requests};
+
+/// What each ModelService asks for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Variant {
+    /// The fake API server's only variant: 1 GPU, a vLLM image (nothing runs).
+    Fake,
+    /// On a cluster: 1 GPU each, `registry.k8s.io/pause:3.10`, no node
+    /// selector. With 3 nodes × 2 GPUs, 6 pods run and the rest stay Pending
+    /// ("Insufficient nvidia.com/gpu").
+    Gpu,
+    /// On a cluster: no GPU, so the pods run, up to 3 nodes × 110 pods;
+    /// beyond that Pending ("Too many pods").
+    NoGpu,
+}
+
+impl Variant {
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Fake => "fake",
+            Variant::Gpu => "gpu",
+            Variant::NoGpu => "nogpu",
+        }
+    }
+}
 
 pub enum Backend {
     Fake {
@@ -20,8 +49,12 @@ pub enum Backend {
         kubeconfig: PathBuf,
     },
     Cluster {
+        /// Every request of the harness goes through the operator's own
+        /// counting layer, into `harness`.
         client: Client,
+        harness: Arc<Metrics>,
         namespace: String,
+        variant: Variant,
     },
 }
 
@@ -31,27 +64,77 @@ pub fn real_cluster() -> bool {
 }
 
 impl Backend {
-    /// A fresh fake, or a fresh namespace (with the CRD applied) on the cluster.
-    pub async fn new(run: usize) -> Backend {
+    /// A fresh fake, or a fresh namespace (with the CRD applied) on the
+    /// cluster; `None` (with the reason on stderr) if the cluster cannot be
+    /// reached: a later run must not panic while an earlier one's namespace
+    /// is still to be deleted.
+    pub async fn new(run: usize, variant: Variant) -> Option<Backend> {
         if real_cluster() {
-            let client = Client::try_default()
-                .await
-                .expect("MODELSERVICE_E2E=1 needs a working kubeconfig");
+            let harness = Arc::new(Metrics::new().ok()?);
+            let client = match counted_client(harness.clone()).await {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("MODELSERVICE_E2E=1 needs a working kubeconfig: {e}");
+                    return None;
+                }
+            };
             let namespace = format!("ms-bench-{}-{run}", std::process::id());
-            install_crd(&client).await;
-            create_namespace(&client, &namespace).await;
-            return Backend::Cluster { client, namespace };
+            if let Err(e) = install_crd(&client).await {
+                eprintln!("{e}");
+                return None;
+            }
+            if let Err(e) = create_namespace(&client, &namespace).await {
+                eprintln!("creating namespace {namespace}: {e}");
+                return None;
+            }
+            return Some(Backend::Cluster {
+                client,
+                harness,
+                namespace,
+                variant,
+            });
         }
         let fake = FakeApiServer::start().await;
         let dir = tempfile::tempdir().expect("tempdir");
         let kubeconfig = dir.path().join("kubeconfig");
         fake.write_kubeconfig(&kubeconfig).expect("kubeconfig");
-        create_namespace(&fake.client(), "bench").await;
-        Backend::Fake {
+        create_namespace(&fake.client(), "bench")
+            .await
+            .expect("create namespace");
+        Some(Backend::Fake {
             fake,
             _dir: dir,
             kubeconfig,
+        })
+    }
+
+    /// The harness's own requests so far (on a cluster; empty on the fake,
+    /// whose in-process client does not go through TCP).
+    pub fn harness_requests(&self) -> Requests {
+        match self {
+            Backend::Fake { .. } => Requests::new(),
+            Backend::Cluster { harness, .. } => requests(&harness.render()),
         }
+    }
+
+    /// The API server's `apiserver_request_total` (on a cluster), read
+    /// through the harness's client, so the scrape is counted as its own.
+    pub async fn apiserver_counts(&self) -> Option<ApiCounts> {
+        let Backend::Cluster { client, .. } = self else {
+            return None;
+        };
+        let req = http::Request::get("/metrics").body(Vec::new()).ok()?;
+        match client.request_text(req).await {
+            Ok(text) => Some(apiserver_requests(&text)),
+            Err(e) => {
+                eprintln!("reading the API server's /metrics: {e}");
+                None
+            }
+        }
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Backend::Cluster { .. })
     }
 
     pub fn name(&self) -> &'static str {
@@ -107,20 +190,17 @@ impl Backend {
         }
     }
 
-    /// The ModelService to create. On a cluster its pod asks for no GPU and
-    /// is pinned to a node label no node has, so it stays Pending: a
-    /// benchmark never takes GPUs, pulls an image or starts containers on a
-    /// shared cluster, and each ModelService settles on one stable status
-    /// (Unschedulable) instead of cycling through probe failures.
+    /// The ModelService to create, by [`Variant`]. On a cluster the image is
+    /// `registry.k8s.io/pause:3.10` (podsim runs it at once and never pulls
+    /// anything); `gpu` asks 1 GPU, `nogpu` none; no node selector.
     pub fn model_service(&self, name: &str, arg: &str) -> Value {
         let spec = match self {
             Backend::Fake { .. } => json!({"model": {"name": "org/model"},
                 "runtime": {"image": "vllm/vllm-openai:v0.8.5", "args": [arg]},
                 "resources": {"gpus": 1}}),
-            Backend::Cluster { .. } => json!({"model": {"name": "org/model"},
+            Backend::Cluster { variant, .. } => json!({"model": {"name": "org/model"},
                 "runtime": {"image": "registry.k8s.io/pause:3.10", "args": [arg]},
-                "resources": {"gpus": 0},
-                "scheduling": {"nodeSelector": {"modelservice.dev/benchmark": "no-node-has-this"}}}),
+                "resources": {"gpus": if *variant == Variant::NoGpu { 0 } else { 1 }}}),
         };
         json!({"apiVersion": "serving.modelservice.dev/v1beta1", "kind": "ModelService",
             "metadata": {"name": name, "namespace": self.namespace()}, "spec": spec})
@@ -144,7 +224,9 @@ impl Backend {
                     && fake.count_objects("apps", "deployments", current) >= n
                     && fake.count_objects("", "services", |_| true) >= n
             }
-            Backend::Cluster { client, namespace } => {
+            Backend::Cluster {
+                client, namespace, ..
+            } => {
                 let lp = ListParams::default();
                 let count = |items: Vec<Value>, f: &dyn Fn(&Value) -> bool| {
                     items.iter().filter(|o| f(o)).count()
@@ -167,14 +249,14 @@ impl Backend {
             Backend::Fake { fake, .. } => fake
                 .get_object("apps", "deployments", "bench", name)
                 .is_some(),
-            Backend::Cluster { client, namespace } => {
-                Api::<Deployment>::namespaced(client.clone(), namespace)
-                    .get_opt(name)
-                    .await
-                    .ok()
-                    .flatten()
-                    .is_some()
-            }
+            Backend::Cluster {
+                client, namespace, ..
+            } => Api::<Deployment>::namespaced(client.clone(), namespace)
+                .get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .is_some(),
         }
     }
 
@@ -182,9 +264,33 @@ impl Backend {
     /// gone. Call it while the operator still runs: its finalizers would
     /// otherwise hold the namespace in Terminating.
     pub async fn finish(self) {
-        let Backend::Cluster { client, namespace } = self else {
+        let Backend::Cluster {
+            client, namespace, ..
+        } = self
+        else {
             return;
         };
+        // Without an operator (the bare runs), a finalizer would hold the
+        // namespace in Terminating: the bare client adds none, but strip any
+        // (another operator on the cluster may have added one).
+        let ms: Api<ModelService> = Api::namespaced(client.clone(), &namespace);
+        if let Ok(list) = ms.list_metadata(&ListParams::default()).await {
+            for m in list.items {
+                if m.metadata
+                    .finalizers
+                    .as_ref()
+                    .is_some_and(|f| !f.is_empty())
+                {
+                    let _ = ms
+                        .patch(
+                            m.metadata.name.as_deref().unwrap_or_default(),
+                            &PatchParams::default(),
+                            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+                        )
+                        .await;
+                }
+            }
+        }
         let api = Api::<Namespace>::all(client);
         let _ = api.delete(&namespace, &DeleteParams::background()).await;
         for _ in 0..600 {
@@ -217,22 +323,33 @@ where
         .unwrap_or_default()
 }
 
-async fn create_namespace(client: &Client, name: &str) {
+/// The kubeconfig's client, its requests counted by the operator's own
+/// layer (`runtime::api_requests`) into `metrics`.
+async fn counted_client(metrics: Arc<Metrics>) -> Result<Client, String> {
+    let config = kube::Config::infer().await.map_err(|e| e.to_string())?;
+    Ok(kube::client::ClientBuilder::try_from(config)
+        .map_err(|e| e.to_string())?
+        .with_layer(&CountRequests::new(metrics))
+        .build())
+}
+
+async fn create_namespace(client: &Client, name: &str) -> Result<(), kube::Error> {
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name,
         "labels": {"modelservice.dev/bench": "true"}}}))
     .expect("namespace");
     Api::<Namespace>::all(client.clone())
         .create(&PostParams::default(), &ns)
         .await
-        .expect("create namespace");
+        .map(|_| ())
 }
 
-async fn install_crd(client: &Client) {
+async fn install_crd(client: &Client) -> Result<(), String> {
     let text = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/modelservice.yaml"),
     )
-    .expect("crds/modelservice.yaml");
-    let crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("crd parses");
+    .map_err(|e| format!("crds/modelservice.yaml: {e}"))?;
+    let crd: CustomResourceDefinition =
+        serde_yaml::from_str(&text).map_err(|e| format!("crds/modelservice.yaml: {e}"))?;
     Api::<CustomResourceDefinition>::all(client.clone())
         .patch(
             "modelservices.serving.modelservice.dev",
@@ -240,13 +357,13 @@ async fn install_crd(client: &Client) {
             &Patch::Apply(&crd),
         )
         .await
-        .expect("install CRD");
+        .map_err(|e| format!("installing the CRD: {e}"))?;
     let api: Api<ModelService> = Api::all(client.clone());
     for _ in 0..300 {
         if api.list(&ListParams::default().limit(1)).await.is_ok() {
-            return;
+            return Ok(());
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    panic!("the ModelService API is not served 30 s after applying the CRD");
+    Err("the ModelService API is not served 30 s after applying the CRD".into())
 }

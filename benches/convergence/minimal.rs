@@ -1,4 +1,6 @@
-//! The baseline: a client that issues only the writes convergence needs,
+//! The fake's older baseline (the cluster's is `bare.rs`, which reuses
+//! `apply_children` and `patch_status` from here): a client that issues only
+//! the writes convergence needs,
 //! with the very bodies the operator sends, and nothing else (no watches, no
 //! caches, no reconcile loop).
 //!
@@ -31,7 +33,7 @@ use modelservice_operator::core::status::{Observed, compute, now_seconds};
 use modelservice_operator::core::{build_children, validate};
 use serde_json::json;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Variant};
 use crate::{creates, name};
 
 /// Runs the minimal client three times each way; prints both medians and
@@ -72,7 +74,9 @@ async fn once(
     event: bool,
     timed_creates: bool,
 ) -> Duration {
-    let b = Backend::new(run).await;
+    let Some(b) = Backend::new(run, Variant::Fake).await else {
+        return Duration::ZERO;
+    };
     let client = b.tcp_client().await;
     let ns = b.namespace().to_string();
     let writes = |ms: ModelService| {
@@ -119,7 +123,30 @@ async fn write(client: &Client, ns: &str, ms: ModelService, event: bool) {
             .patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
             .await;
     }
-    let Ok(valid) = validate(&ms, ns) else {
+    apply_children(client, ns, &ms, true).await;
+    patch_status(client, ns, &ms).await;
+    if event {
+        let ev: Result<Event, _> = serde_json::from_value(json!({
+            "metadata": {"generateName": format!("{name}.")},
+            "eventTime": "2026-01-01T00:00:00.000000Z",
+            "reportingController": MANAGER, "reportingInstance": "minimal",
+            "action": "Apply", "reason": "Created", "type": "Normal",
+            "note": format!("Created Deployment {name}, created Service {name}"),
+            "regarding": {"apiVersion": "serving.modelservice.dev/v1beta1", "kind": "ModelService", "name": name, "namespace": ns}
+        }));
+        if let Ok(ev) = ev {
+            let _ = Api::<Event>::namespaced(client.clone(), ns)
+                .create(&Default::default(), &ev)
+                .await;
+        }
+    }
+}
+
+/// Server-side applies the ModelService's Deployment and (with `service`)
+/// its Service, built and stamped by the operator's own pure code.
+pub async fn apply_children(client: &Client, ns: &str, ms: &ModelService, service: bool) {
+    let name = ms.metadata.name.clone().unwrap_or_default();
+    let Ok(valid) = validate(ms, ns) else {
         return;
     };
     let mut owner = ms.controller_owner_ref(&());
@@ -134,12 +161,22 @@ async fn write(client: &Client, ns: &str, ms: ModelService, event: bool) {
             .patch(&name, &apply, &Patch::Apply(&d))
             .await;
     }
+    if !service {
+        return;
+    }
     if let Ok(mut s) = serde_json::to_value(&children.service) {
         stamp(&mut s);
         let _ = Api::<LeanService>::namespaced(client.clone(), ns)
             .patch(&name, &apply, &Patch::Apply(&s))
             .await;
     }
+}
+
+/// The operator's status merge patch for a ModelService whose Deployment
+/// it has just written (observed generation = the object's generation).
+pub async fn patch_status(client: &Client, ns: &str, ms: &ModelService) {
+    let name = ms.metadata.name.clone().unwrap_or_default();
+    let api: Api<Lean<ModelService>> = Api::namespaced(client.clone(), ns);
     let observed = Observed {
         name: &name,
         namespace: ns,
@@ -166,20 +203,5 @@ async fn write(client: &Client, ns: &str, ms: ModelService, event: bool) {
         let _ = api
             .patch_status(&name, &PatchParams::apply(MANAGER), &Patch::Merge(patch))
             .await;
-    }
-    if event {
-        let ev: Result<Event, _> = serde_json::from_value(json!({
-            "metadata": {"generateName": format!("{name}.")},
-            "eventTime": "2026-01-01T00:00:00.000000Z",
-            "reportingController": MANAGER, "reportingInstance": "minimal",
-            "action": "Apply", "reason": "Created", "type": "Normal",
-            "note": format!("Created Deployment {name}, created Service {name}"),
-            "regarding": {"apiVersion": "serving.modelservice.dev/v1beta1", "kind": "ModelService", "name": name, "namespace": ns}
-        }));
-        if let Ok(ev) = ev {
-            let _ = Api::<Event>::namespaced(client.clone(), ns)
-                .create(&Default::default(), &ev)
-                .await;
-        }
     }
 }
