@@ -21,7 +21,7 @@ use modelservice_operator::controller::children::{Cached, Child, ForEachWriter};
 use modelservice_operator::controller::events::Events;
 use modelservice_operator::controller::freshness::Freshness;
 use modelservice_operator::controller::guarded::Guarded;
-use modelservice_operator::controller::pods::PodView;
+use modelservice_operator::controller::pods::{PodView, PodWriter};
 use modelservice_operator::controller::{
     Context, ControllerConfig, FINALIZER, Leadership, Stores, reconcile,
 };
@@ -66,7 +66,7 @@ impl<C: Child> Relist for Typed<C> {
 }
 
 /// The pods' cache, filled by hand too.
-struct Pods(reflector::store::Writer<PodView>);
+struct Pods(PodWriter);
 
 impl Relist for Pods {
     fn relist<'a>(&'a mut self, client: &'a Client) -> BoxFuture<'a, ()> {

@@ -350,14 +350,24 @@ async fn install_crd(client: &Client) -> Result<(), String> {
     .map_err(|e| format!("crds/modelservice.yaml: {e}"))?;
     let crd: CustomResourceDefinition =
         serde_yaml::from_str(&text).map_err(|e| format!("crds/modelservice.yaml: {e}"))?;
-    Api::<CustomResourceDefinition>::all(client.clone())
-        .patch(
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    // A CRD already there is left as it is: whoever installed it (the e2e
+    // suite, a Helm release) keeps its conversion webhook's address, which
+    // the file's would clash with (a url and a service at once are invalid).
+    let present = crds
+        .get_opt("modelservices.serving.modelservice.dev")
+        .await
+        .map_err(|e| format!("reading the CRD: {e}"))?
+        .is_some();
+    if !present {
+        crds.patch(
             "modelservices.serving.modelservice.dev",
             &PatchParams::apply("modelservice-bench").force(),
             &Patch::Apply(&crd),
         )
         .await
         .map_err(|e| format!("installing the CRD: {e}"))?;
+    }
     let api: Api<ModelService> = Api::all(client.clone());
     for _ in 0..300 {
         if api.list(&ListParams::default().limit(1)).await.is_ok() {

@@ -26,7 +26,7 @@ use serde::de::{DeserializeOwned, IgnoredAny};
 use super::context::{Cache, synced};
 use super::freshness::Freshness;
 use super::lean::Lean;
-use super::pods::PodView;
+use super::pods::{PodIndex, PodView, PodWriter};
 use crate::api::gateway::HttpRoute;
 use crate::api::keda::ScaledObject;
 use crate::permissions::{Rule, Verb};
@@ -159,12 +159,14 @@ macro_rules! child_table {
             /// The pods of every ModelService, as diagnosis reads them (not
             /// a child: the operator never writes pods; see `pods`).
             pub pods: Cache<PodView>,
+            /// Which cached pods are whose (see `pods::PodIndex`).
+            pub pod_index: Arc<PodIndex>,
         }
 
         /// The writing ends of the [`Stores`], consumed by the watches.
         pub struct Writers {
             $($field: reflector::store::Writer<Cached<$row>>,)*
-            pods: reflector::store::Writer<PodView>,
+            pods: PodWriter,
         }
 
         impl Stores {
@@ -172,13 +174,18 @@ macro_rules! child_table {
             pub fn new() -> (Stores, Writers) {
                 $(let $field = reflector::store::<Cached<$row>>();)*
                 let pods = reflector::store::<PodView>();
+                let pod_index = Arc::new(PodIndex::default());
                 (
                     Stores {
                         $($field: Cache::new($field.0, <$row>::OPTIONAL),)*
                         modelservices: Arc::default(),
                         pods: Cache::new(pods.0, false),
+                        pod_index: pod_index.clone(),
                     },
-                    Writers { $($field: $field.1,)* pods: pods.1 },
+                    Writers {
+                        $($field: $field.1,)*
+                        pods: PodWriter { writer: pods.1, index: pod_index },
+                    },
                 )
             }
         }
@@ -190,7 +197,7 @@ macro_rules! child_table {
                 self,
                 stores: &Stores,
                 v: &mut impl ForEachWriter,
-            ) -> reflector::store::Writer<PodView> {
+            ) -> PodWriter {
                 $(v.visit::<$row>(self.$field, stores.$field.fresh.clone());)*
                 self.pods
             }

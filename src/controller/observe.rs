@@ -21,5 +21,12 @@ where
 
 /// The pods of one ModelService of `track`, from the pod cache (see `pods`).
 pub fn pods(ctx: &Context, namespace: &str, name: &str, track: Track<'_>) -> Vec<Pod> {
-    super::pods::of(&ctx.stores.pods.store, namespace, name, track)
+    let stores = &ctx.stores;
+    super::pods::of(
+        &stores.pods.store,
+        &stores.pod_index,
+        namespace,
+        name,
+        track,
+    )
 }

@@ -17,13 +17,13 @@
 //! nothing here; the Deployment's status already reports them.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Resource;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
 use serde::{Deserialize, Deserializer};
 
@@ -191,21 +191,110 @@ pub enum Track<'a> {
     Except(&'a str),
 }
 
-/// The cached pods of ModelService `name` in `namespace`, of `track`.
-pub fn of(store: &Store<PodView>, namespace: &str, name: &str, track: Track<'_>) -> Vec<Pod> {
-    store
-        .state()
-        .iter()
-        .filter(|p| {
-            p.0.metadata.namespace.as_deref() == Some(namespace)
-                && p.label(INSTANCE_LABEL) == Some(name)
-                && match track {
-                    Track::Only(t) => p.label(TRACK_LABEL) == Some(t),
-                    Track::Except(t) => p.label(TRACK_LABEL) != Some(t),
-                }
+/// The cached pods of ModelService `name` in `namespace`, of `track`: found
+/// through the [`PodIndex`], so a reconcile reads its own pods only, however
+/// many pods the namespace holds.
+pub fn of(
+    store: &Store<PodView>,
+    index: &PodIndex,
+    namespace: &str,
+    name: &str,
+    track: Track<'_>,
+) -> Vec<Pod> {
+    index
+        .names(namespace, name)
+        .into_iter()
+        .filter_map(|pod| store.get(&ObjectRef::new(&pod).within(namespace)))
+        .filter(|p| match track {
+            Track::Only(t) => p.label(TRACK_LABEL) == Some(t),
+            Track::Except(t) => p.label(TRACK_LABEL) != Some(t),
         })
         .map(|p| p.0.clone())
         .collect()
+}
+
+/// The names of each ModelService's cached pods, kept beside the cache from
+/// the same watch events. The reflector's store can only be scanned whole;
+/// scanning it per reconcile would make each reconcile cost as much as the
+/// namespace has pods, and a cold start of N models cost N².
+#[derive(Debug, Default)]
+pub struct PodIndex(std::sync::Mutex<IndexState>);
+
+#[derive(Debug, Default)]
+struct IndexState {
+    by_model: HashMap<(String, String), BTreeSet<String>>,
+    /// A relist in progress builds here, and replaces the index when it is
+    /// done, as the reflector does with its store.
+    relist: Option<HashMap<(String, String), BTreeSet<String>>>,
+}
+
+impl PodIndex {
+    /// Follows one watch event (after the store has).
+    pub fn apply(&self, event: &watcher::Event<PodView>) {
+        let Ok(mut st) = self.0.lock() else { return };
+        let key = |p: &PodView| {
+            Some((
+                (
+                    p.0.metadata.namespace.clone()?,
+                    p.label(INSTANCE_LABEL)?.to_string(),
+                ),
+                p.0.metadata.name.clone()?,
+            ))
+        };
+        match event {
+            watcher::Event::Init => st.relist = Some(HashMap::new()),
+            watcher::Event::InitApply(p) => {
+                if let (Some((k, n)), Some(r)) = (key(p), st.relist.as_mut()) {
+                    r.entry(k).or_default().insert(n);
+                }
+            }
+            watcher::Event::InitDone => {
+                if let Some(r) = st.relist.take() {
+                    st.by_model = r;
+                }
+            }
+            watcher::Event::Apply(p) => {
+                if let Some((k, n)) = key(p) {
+                    st.by_model.entry(k).or_default().insert(n);
+                }
+            }
+            watcher::Event::Delete(p) => {
+                if let Some((k, n)) = key(p)
+                    && let Some(names) = st.by_model.get_mut(&k)
+                {
+                    names.remove(&n);
+                    if names.is_empty() {
+                        st.by_model.remove(&k);
+                    }
+                }
+            }
+        }
+    }
+
+    fn names(&self, namespace: &str, name: &str) -> Vec<String> {
+        let Ok(st) = self.0.lock() else {
+            return Vec::new();
+        };
+        st.by_model
+            .get(&(namespace.to_string(), name.to_string()))
+            .map(|n| n.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// The writing end of the pods' cache: the store and its index.
+pub struct PodWriter {
+    pub writer: reflector::store::Writer<PodView>,
+    pub index: std::sync::Arc<PodIndex>,
+}
+
+impl PodWriter {
+    /// Applies one watch event to the store, then the index (what a test
+    /// does in place of the watch).
+    pub fn apply_watcher_event(&mut self, event: &watcher::Event<PodView>) {
+        self.writer.apply_watcher_event(event);
+        self.index.apply(event);
+    }
 }
 
 /// What diagnosis would say about this one pod, as a hash; 0 when nothing.
@@ -375,7 +464,12 @@ mod tests {
 
     #[test]
     fn pods_are_read_per_model_and_track() {
-        let (store, mut writer) = kube::runtime::reflector::store::<PodView>();
+        let (store, writer) = kube::runtime::reflector::store::<PodView>();
+        let index = std::sync::Arc::new(PodIndex::default());
+        let mut writer = PodWriter {
+            writer,
+            index: index.clone(),
+        };
         let mut other = running("o");
         other.0.metadata.labels = Some(BTreeMap::from([(INSTANCE_LABEL.into(), "n".into())]));
         for p in [
@@ -390,9 +484,23 @@ mod tests {
             n.sort();
             n
         };
-        assert_eq!(names(of(&store, "ns", "m", Track::Except("canary"))), ["a"]);
-        assert_eq!(names(of(&store, "ns", "m", Track::Only("canary"))), ["c"]);
-        assert!(of(&store, "other", "m", Track::Except("canary")).is_empty());
+        let read = |ns: &str, track| names(of(&store, &index, ns, "m", track));
+        assert_eq!(read("ns", Track::Except("canary")), ["a"]);
+        assert_eq!(read("ns", Track::Only("canary")), ["c"]);
+        assert!(read("other", Track::Except("canary")).is_empty());
+        // A deleted pod leaves the index; a relist replaces it whole.
+        writer.apply_watcher_event(&watcher::Event::Delete(running("a")));
+        assert!(read("ns", Track::Except("canary")).is_empty());
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitApply(running("b")));
+        assert_eq!(
+            read("ns", Track::Only("canary")),
+            ["c"],
+            "the old index serves until the relist is done"
+        );
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        assert_eq!(read("ns", Track::Except("canary")), ["b"]);
+        assert!(read("ns", Track::Only("canary")).is_empty());
         assert_eq!(
             running("a").owner::<Pod>(),
             Some(ObjectRef::new("m").within("ns"))

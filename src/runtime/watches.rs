@@ -33,7 +33,7 @@ use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
 use crate::controller::freshness::Freshness;
-use crate::controller::pods::{PodView, ProblemMemory};
+use crate::controller::pods::{PodView, PodWriter, ProblemMemory};
 use crate::core::labels::{MANAGED_BY, MANAGED_BY_LABEL};
 use crate::metrics::Metrics;
 
@@ -183,18 +183,25 @@ where
 /// `controller::pods`), so that a healthy rollout starts no reconcile here.
 pub fn pod_watch(
     api: Api<PodView>,
-    writer: reflector::store::Writer<PodView>,
+    writer: PodWriter,
     fresh: Arc<Freshness>,
     metrics: Arc<Metrics>,
 ) -> impl Stream<Item = Result<PodView, watcher::Error>> + Send {
     let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
     let mut problems = ProblemMemory::default();
-    watch(api, config, writer, fresh, metrics, |_| {}).filter_map(move |event| {
-        futures::future::ready(match event {
-            Ok(event) => problems.changed(event).map(Ok),
-            Err(e) => Some(Err(e)),
+    let PodWriter { writer, index } = writer;
+    watch(api, config, writer, fresh, metrics, |_| {})
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                index.apply(event);
+            }
         })
-    })
+        .filter_map(move |event| {
+            futures::future::ready(match event {
+                Ok(event) => problems.changed(event).map(Ok),
+                Err(e) => Some(Err(e)),
+            })
+        })
 }
 
 /// A child watch that runs only while `available` holds: started when the
