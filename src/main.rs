@@ -90,6 +90,8 @@ async fn run_command(args: RunArgs) -> Result<(), String> {
         metrics_addr: args.metrics_addr,
         controller: ControllerConfig {
             resync: args.resync_period,
+            status_pace: args.status_pace,
+            first_report_wait: args.first_report_wait,
             concurrency: args.concurrency,
             discovery_interval: args.discovery_interval,
             defaults: OperatorDefaults {

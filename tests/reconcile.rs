@@ -112,6 +112,7 @@ async fn world(leader: bool) -> World {
         leader,
         ControllerConfig {
             status_pace: std::time::Duration::ZERO,
+            first_report_wait: std::time::Duration::ZERO,
             ..ControllerConfig::default()
         },
     )
@@ -870,11 +871,18 @@ async fn a_pod_problem_is_read_from_the_pod_cache() {
 }
 
 #[tokio::test]
-async fn a_new_object_is_first_reported_with_its_verdict_or_after_the_pace() {
-    let w = paced_world().await;
+async fn a_new_object_is_first_reported_with_its_verdict_or_after_the_wait() {
+    let pace = std::time::Duration::from_secs(2);
+    let w = world_with(
+        true,
+        ControllerConfig {
+            first_report_wait: pace,
+            ..ControllerConfig::default()
+        },
+    )
+    .await;
     let ms = w.create("first", spec()).await;
     let action = w.reconcile(ms).await;
-    let pace = ControllerConfig::default().status_pace;
     assert!(
         w.get("first").await.status.is_none(),
         "the Deployment controller has not looked yet: nothing worth a write"

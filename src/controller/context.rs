@@ -24,6 +24,9 @@ pub struct ControllerConfig {
     /// The least time between two status writes of one object whose only
     /// difference is progress (see `core::pacing`).
     pub status_pace: Duration,
+    /// How long a new generation's first status waits for its verdict (see
+    /// `core::pacing`).
+    pub first_report_wait: Duration,
     /// Reconciles in flight at once.
     pub concurrency: u16,
     /// How often optional APIs are looked for again (see `runtime::discovery`).
@@ -38,6 +41,7 @@ impl Default for ControllerConfig {
             resync: Duration::from_secs(300),
             not_ready_requeue: Duration::from_secs(20),
             status_pace: Duration::from_secs(2),
+            first_report_wait: Duration::ZERO,
             concurrency: 16,
             discovery_interval: Duration::from_secs(30),
             defaults: Default::default(),

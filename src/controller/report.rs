@@ -19,7 +19,7 @@ use super::lean::Lean;
 use super::{Context, Error, recent};
 use crate::api::{ModelService, ModelServiceStatus, condition_types as ct};
 use crate::core::conditions::find;
-use crate::core::pacing::{self, Timing, Write};
+use crate::core::pacing::{self, Pace, Timing, Write};
 
 /// What [`report`] did with the status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,7 +53,11 @@ pub async fn report(
     let timing = ctx
         .status_writes
         .timing(&key, new.observed_generation.unwrap_or(0));
-    if let Write::After(wait) = pacing::when(current, new, timing, ctx.config.status_pace) {
+    let pace = Pace {
+        progress: ctx.config.status_pace,
+        first_report: ctx.config.first_report_wait,
+    };
+    if let Write::After(wait) = pacing::when(current, new, timing, pace) {
         return Ok(Reported::Paced(wait));
     }
     // Only the resourceVersion of the response is read: decode it lean.

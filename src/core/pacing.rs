@@ -47,18 +47,28 @@ pub struct Timing {
     pub since_generation_seen: Duration,
 }
 
+/// How fast statuses are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pace {
+    /// The least time between two writes that differ only in progress.
+    pub progress: Duration,
+    /// How long a new generation's first report waits for its verdict.
+    pub first_report: Duration,
+}
+
 /// `new` against the status the object carries (`current`). Call only when
 /// the two differ.
 pub fn when(
     current: Option<&ModelServiceStatus>,
     new: &ModelServiceStatus,
     timing: Timing,
-    pace: Duration,
+    pace: Pace,
 ) -> Write {
     let new_generation = current.and_then(|c| c.observed_generation) != new.observed_generation;
-    if new_generation && !is_verdict(new) && timing.since_generation_seen < pace {
-        return Write::After(pace - timing.since_generation_seen);
+    if new_generation && !is_verdict(new) && timing.since_generation_seen < pace.first_report {
+        return Write::After(pace.first_report - timing.since_generation_seen);
     }
+    let pace = pace.progress;
     let Some(current) = current else {
         return Write::Now;
     };
@@ -107,7 +117,10 @@ mod tests {
     use crate::api::{TrackStatus, TracksStatus};
     use serde_json::json;
 
-    const PACE: Duration = Duration::from_secs(2);
+    const PACE: Pace = Pace {
+        progress: Duration::from_secs(2),
+        first_report: Duration::from_secs(2),
+    };
 
     fn status(ready: &str, reason: &str, message: &str, replicas: i32) -> ModelServiceStatus {
         serde_json::from_value(json!({
@@ -169,7 +182,7 @@ mod tests {
         assert_eq!(when(None, &ready, fresh, PACE), Write::Now);
         assert_eq!(when(None, &short, fresh, PACE), Write::Now);
         let later = Timing {
-            since_generation_seen: PACE,
+            since_generation_seen: PACE.first_report,
             ..fresh
         };
         assert_eq!(when(None, &rolling, later, PACE), Write::Now);

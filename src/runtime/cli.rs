@@ -77,6 +77,14 @@ pub struct RunArgs {
     #[arg(long, env = "RESYNC_PERIOD", default_value = "5m", value_parser = parse_positive_duration)]
     pub resync_period: Duration,
 
+    /// Least time between two status writes of one ModelService that differ only in progress (messages, pod counts); news is written at once. 0 writes every change.
+    #[arg(long, env = "STATUS_PACE", default_value = "2s", value_parser = parse_duration)]
+    pub status_pace: Duration,
+
+    /// How long a new generation's first status waits for its verdict (Ready, a Degraded reason, or the rollout ended) before its progress is written. 0 writes it at once.
+    #[arg(long, env = "FIRST_REPORT_WAIT", default_value = "0s", value_parser = parse_duration)]
+    pub first_report_wait: Duration,
+
     /// Prometheus server for KEDA triggers whose ModelService names none (autoscaling.prometheus.address), e.g. http://prometheus.monitoring:9090.
     #[arg(long, env = "PROMETHEUS_ADDRESS", value_name = "URL")]
     pub prometheus_address: Option<String>,
@@ -219,10 +227,14 @@ pub enum LogFormat {
     Text,
 }
 
-fn parse_positive_duration(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s)
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s)
         .or_else(|_| s.parse::<u64>().map(Duration::from_secs))
-        .map_err(|_| format!("{s:?} is not a duration; write it like 30s, 5m or 1h"))?;
+        .map_err(|_| format!("{s:?} is not a duration; write it like 30s, 5m or 1h"))
+}
+
+fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
     if d.is_zero() {
         return Err("must be greater than zero".into());
     }
