@@ -16,6 +16,7 @@ pub mod guarded;
 pub mod invalid;
 pub mod lean;
 pub mod observe;
+pub mod pod_usage;
 pub mod pods;
 pub mod recent;
 pub mod reconcile;

@@ -16,7 +16,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
+
+use super::pod_usage::UsagePod;
 use kube::api::ListParams;
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
@@ -187,9 +189,9 @@ async fn read(ctx: &Context, resource: &str) -> Result<Read, String> {
     let mut used = BTreeMap::new();
     let mut pods = 0usize;
     let active = ListParams::default().fields(ACTIVE_PODS);
-    each_page::<Pod>(ctx, active, |page| {
+    each_page::<UsagePod>(ctx, active, |page| {
         pods += page.len();
-        surge::add_usage(&mut used, &page, resource);
+        surge::add_usage(&mut used, page.iter().map(|p| &p.0), resource);
     })
     .await
     .map_err(|why| format!("listing pods: {why}"))?;

@@ -12,15 +12,15 @@
 //! at once. The last step of a rollout is always news (Ready turns True, or
 //! the reason names a problem), so the final status is never late.
 //!
-//! A new generation is likewise first reported with its verdict: Ready,
-//! a named problem (Degraded), or a rollout that ended (Progressing False).
-//! Before that, what the operator could say within the first moments ("the
-//! Deployment controller has not looked yet", "0/1 pods updated") is stale
-//! a few milliseconds later, and cost one more patch per ModelService. So
-//! it waits for the verdict, at most one pace; after that the rollout's
-//! progress is written anyway. Meanwhile the object's status still carries
-//! the previous `observedGeneration`, so no reader mistakes the old verdict
-//! for the new spec's.
+//! A new generation may likewise wait for its verdict (`Pace::first_report`):
+//! Ready, a named problem (Degraded), or a rollout that ended (Progressing
+//! False). What the operator can say in the first moments ("the Deployment
+//! controller has not looked yet") is stale soon after, and costs one more
+//! patch per ModelService; but waiting also delays `observedGeneration`,
+//! which GitOps tools wait on. The wait is 0 by default (BENCHMARKS.md
+//! measures both). Meanwhile the object's status still carries the previous
+//! `observedGeneration`, so no reader mistakes the old verdict for the new
+//! spec's.
 
 use std::time::Duration;
 
