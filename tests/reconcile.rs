@@ -296,6 +296,35 @@ async fn removing_autoscaling_deletes_the_hpa_it_made_and_only_that() {
     assert_eq!(dep.spec.replicas, Some(2), "replicas are the spec's again");
 }
 
+/// The bug: a spec change right after the HPA was made, before its watch
+/// event reached the cache, left the HPA in place beside what replaced it
+/// (on the real server, an HPA and a ScaledObject scaling one Deployment).
+#[tokio::test]
+async fn an_autoscaler_made_a_moment_ago_is_removed_before_the_cache_shows_it() {
+    let w = world(true).await;
+    let ms = w.create("fresh", spec()).await;
+    w.reconcile(ms).await;
+    w.api::<HorizontalPodAutoscaler>()
+        .get("fresh")
+        .await
+        .expect("the HPA was made");
+    // No `synced()`: the caches have not seen the HPA yet.
+    let mut s = spec();
+    if let Some(m) = s.as_object_mut() {
+        m.remove("autoscaling");
+    }
+    let ms = w.create("fresh", s).await;
+    w.reconcile(ms).await;
+    assert!(
+        w.api::<HorizontalPodAutoscaler>()
+            .get_opt("fresh")
+            .await
+            .expect("get")
+            .is_none(),
+        "the HPA the spec no longer wants is deleted at once"
+    );
+}
+
 #[tokio::test]
 async fn an_invalid_spec_is_a_status_condition_and_no_children() {
     let w = world(true).await;

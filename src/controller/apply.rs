@@ -407,32 +407,42 @@ impl Stale<'_> {
     /// Deletes the child of row `C` named `name` when it is `unwanted`, but
     /// only one this ModelService controls: never someone else's object of
     /// that name.
+    ///
+    /// A child we created a moment ago may not be in the cache yet; our
+    /// remembered write says it exists. Without that, a switch of engine
+    /// right after the HPA was made left the HPA and the new ScaledObject
+    /// scaling one Deployment until the HPA's watch event came.
     async fn remove<C: Child>(&self, name: &str, unwanted: bool) -> Result<(), Error> {
         let cache = C::cache(&self.ctx.stores);
         if !unwanted || !C::DELETED_WHEN_UNWANTED || !cache.available() {
             return Ok(());
         }
         let ns = self.namespace;
-        let Some(child) = cached(&cache.store, ns, name) else {
-            return Ok(());
+        let kind = C::Object::kind(&());
+        let key = recent::key(&kind, ns, name);
+        let ours = match cached(&cache.store, ns, name) {
+            Some(child) => child
+                .meta()
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.uid == self.owner_uid && o.controller == Some(true)),
+            None => self
+                .ctx
+                .applied
+                .newer_than_cache(&key, None, &cache.fresh)
+                .is_some(),
         };
-        let ours = child
-            .meta()
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.uid == self.owner_uid && o.controller == Some(true));
         if !ours {
             return Ok(());
         }
-        let kind = C::Object::kind(&());
         let api: Api<Cached<C>> = Api::namespaced(self.ctx.client.clone(), ns);
         match api.delete(name, &DeleteParams::background()).await {
             Ok(_) => {}
             Err(e) if is_not_found(&e) => {}
             Err(e) => return Err(Error::kube(format!("deleting {kind} {ns}/{name}"), e)),
         }
-        forget_child(self.ctx, &recent::key(&kind, ns, name));
+        forget_child(self.ctx, &key);
         self.ctx.metrics.child_write(&kind, "delete");
         self.ctx.events.publish(
             self.owner,

@@ -13,7 +13,7 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use crate::harness::{CONVERGE, Env, wait_for};
+use crate::harness::{CONVERGE, Env, Operator, wait_for};
 use crate::observe::*;
 
 const PROMETHEUS: &str = "http://prometheus.monitoring:9090";
@@ -43,7 +43,12 @@ async fn hpa(env: &Env, name: &str) -> Option<HorizontalPodAutoscaler> {
 
 /// Samples the children until `done` holds and 3 s after: never two
 /// autoscalers at once, and the lowest replica count seen.
-async fn watch_switch(env: &Env, name: &str, done: impl Fn(bool, bool) -> bool) -> i32 {
+async fn watch_switch(
+    env: &Env,
+    op: &Operator,
+    name: &str,
+    done: impl Fn(bool, bool) -> bool,
+) -> i32 {
     let mut lowest = i32::MAX;
     let mut settled_at: Option<Instant> = None;
     let deadline = Instant::now() + CONVERGE;
@@ -52,7 +57,11 @@ async fn watch_switch(env: &Env, name: &str, done: impl Fn(bool, bool) -> bool) 
             hpa(env, name).await.is_some(),
             scaled_object(env, name).await.is_some(),
         );
-        assert!(!(h && s), "an HPA and a ScaledObject scale {name} at once");
+        assert!(
+            !(h && s),
+            "an HPA and a ScaledObject scale {name} at once; log:\n{}",
+            op.logs()
+        );
         if let Some(d) = deployment(env, name).await {
             lowest = lowest.min(d.spec.replicas.unwrap_or(1));
         }
@@ -86,7 +95,7 @@ async fn keda_reports(env: &Env, name: &str, ready: &str, active: &str, message:
 async fn keda_replaces_the_hpa_scales_to_zero_and_hands_back_without_a_fight() {
     let env = Env::new().await;
     env.install_keda_crd().await;
-    let _op = env.operator().arg("--discovery-interval").arg("1s").start();
+    let op = env.operator().arg("--discovery-interval").arg("1s").start();
     let name = "kedaswitch";
 
     // 3 replicas from the spec, then the HPA takes them over (neither
@@ -107,7 +116,7 @@ async fn keda_replaces_the_hpa_scales_to_zero_and_hands_back_without_a_fight() {
 
     // HPA → KEDA: the HPA goes before the ScaledObject comes, at 3 replicas.
     env.apply_ms_v1beta1(name, keda_spec(3, keda(0, 6))).await;
-    let lowest = watch_switch(&env, name, |h, s| !h && s).await;
+    let lowest = watch_switch(&env, &op, name, |h, s| !h && s).await;
     assert_eq!(lowest, 3, "the replicas dipped during the switch to KEDA");
 
     let so = scaled_object(&env, name).await.expect("the ScaledObject");
@@ -201,6 +210,20 @@ async fn keda_replaces_the_hpa_scales_to_zero_and_hands_back_without_a_fight() {
         );
     }
 
+    // The last template change rolls out at zero replicas: Ready says
+    // ScaledToZero again for the current generation.
+    wait_ms(
+        &env,
+        name,
+        "ScaledToZero for the last spec",
+        CONVERGE,
+        |ms| {
+            ms.status.as_ref().and_then(|s| s.observed_generation) == ms.metadata.generation
+                && condition(ms, "Ready") == Some(("True".into(), "ScaledToZero".into()))
+        },
+    )
+    .await;
+
     // A trigger that fails is a Degraded reason, and Ready stays as it is.
     keda_reports(
         &env,
@@ -219,11 +242,14 @@ async fn keda_replaces_the_hpa_scales_to_zero_and_hands_back_without_a_fight() {
         "{}",
         message(&ms, "Degraded")
     );
-    assert_eq!(condition(&ms, "Ready").map(|c| c.0), Some("True".into()));
+    assert_eq!(
+        condition(&ms, "Ready"),
+        Some(("True".into(), "ScaledToZero".into()))
+    );
 
     // KEDA → HPA: the ScaledObject goes before the HPA comes.
     env.apply_ms_v1beta1(name, keda_spec(3, hpa_scaling)).await;
-    watch_switch(&env, name, |h, s| h && !s).await;
+    watch_switch(&env, &op, name, |h, s| h && !s).await;
 
     // Autoscaling off: no autoscaler, and the spec's count again.
     let mut off = keda_spec(2, Value::Null);
@@ -231,7 +257,7 @@ async fn keda_replaces_the_hpa_scales_to_zero_and_hands_back_without_a_fight() {
         m.remove("autoscaling");
     }
     env.apply_ms_v1beta1(name, off).await;
-    watch_switch(&env, name, |h, s| !h && !s).await;
+    watch_switch(&env, &op, name, |h, s| !h && !s).await;
     wait_for("replicas back to the spec", CONVERGE, || async {
         (deployment(&env, name).await?.spec.replicas == Some(2)).then_some(())
     })
