@@ -810,6 +810,15 @@ LUA_CASES: list[tuple[str, dict[str, Any], str, str | None]] = [
     ("canary starting", ms(4, {"observedGeneration": 4, "conditions": [
         cond("Ready", "True", "Available", "2/2 replicas ready", 4),
         cond("CanaryHealthy", "True", "Starting", "0/1 canary pods ready", 4)]}), "Healthy", None),
+    ("scaled to zero by KEDA", ms(5, {"observedGeneration": 5, "replicas": 0, "readyReplicas": 0, "conditions": [
+        cond("Ready", "True", "ScaledToZero", "scaled to zero by KEDA while no request waits", 5),
+        cond("Progressing", "False", "RolloutComplete", "the current spec is rolled out", 5),
+        cond("Degraded", "False", "AsExpected", "nothing needs attention", 5)]}),
+     "Healthy", "scaled to zero by KEDA while no request waits"),
+    ("scaled to zero, KEDA's trigger failing", ms(5, {"observedGeneration": 5, "replicas": 0, "readyReplicas": 0, "conditions": [
+        cond("Ready", "True", "ScaledToZero", "scaled to zero by KEDA while no request waits", 5),
+        cond("Degraded", "True", "AutoscalerNotReady", "KEDA cannot scale this model: connection refused", 5)]}),
+     "Degraded", "AutoscalerNotReady: KEDA cannot scale this model: connection refused"),
     ("no status yet", ms(1, None), "Progressing", None),
     ("empty status", ms(1, {}), "Progressing", None),
     ("status without conditions", ms(1, {"observedGeneration": 1}), "Progressing", None),
