@@ -128,6 +128,9 @@ async fn apply_all(
     )?;
     done.extend([d, s]);
     let mut unavailable = Vec::new();
+    if let Some(h) = hpa {
+        wake_for_the_hpa(ctx, &deployment, h).await?;
+    }
     apply_wanted::<HpaChild>(ctx, hpa.as_ref(), done, &mut unavailable).await?;
     let scaled_object =
         apply_wanted::<ScaledObjectChild>(ctx, scaled_object.as_ref(), done, &mut unavailable)
@@ -391,6 +394,56 @@ async fn hand_over_replicas(ctx: &Context, desired: &Deployment) -> Result<(), E
             e,
         )
     })?;
+    ctx.metrics.child_write("Deployment", "handover");
+    Ok(())
+}
+
+/// Switching from KEDA at zero replicas to the HPA: a HorizontalPodAutoscaler
+/// does nothing to a Deployment at 0 replicas (Kubernetes reads 0 as
+/// "autoscaling disabled"), and KEDA leaves the count where it was when its
+/// ScaledObject goes. Without this the model stayed at zero for good, its
+/// status "0/0 replicas ready". So, only while the HPA does not exist yet
+/// (a later scale to 0 by hand is someone's decision, never reverted), the
+/// count becomes the HPA's minimum, written as the handover manager so that
+/// the HPA's first write takes the field over.
+async fn wake_for_the_hpa(
+    ctx: &Context,
+    deployment: &LeanDeployment,
+    hpa: &k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler,
+) -> Result<(), Error> {
+    let (Some(name), Some(ns)) = (
+        deployment.meta().name.as_deref(),
+        deployment.meta().namespace.as_deref(),
+    ) else {
+        return Ok(());
+    };
+    if deployment.state().replicas != Some(0) {
+        return Ok(());
+    }
+    let cache = HpaChild::cache(&ctx.stores);
+    let key = recent::key(&<HpaChild as Child>::Object::kind(&()), ns, name);
+    let hpa_exists = cached(&cache.store, ns, name).is_some()
+        || ctx
+            .applied
+            .newer_than_cache(&key, None, &cache.fresh)
+            .is_some();
+    if hpa_exists {
+        return Ok(());
+    }
+    let min = hpa.spec.min_replicas.unwrap_or(1);
+    let wake = serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"replicas": min.max(1)},
+    });
+    Api::<LeanDeployment>::namespaced(ctx.client.clone(), ns)
+        .patch(
+            name,
+            &PatchParams::apply(HANDOVER_MANAGER).force(),
+            &Patch::Apply(&wake),
+        )
+        .await
+        .map_err(|e| Error::kube(format!("waking Deployment {ns}/{name} for the HPA"), e))?;
     ctx.metrics.child_write("Deployment", "handover");
     Ok(())
 }

@@ -637,6 +637,73 @@ mod tests {
         );
     }
 
+    fn zero() -> Deployment {
+        dep(
+            0,
+            json!({"conditions": [{"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]}),
+        )
+    }
+
+    fn keda_says(ready: &str, message: &str) -> serde_json::Value {
+        json!({"conditions": [
+            {"type": "Ready", "status": ready, "reason": "ScaledObjectReady", "message": message},
+            {"type": "Active", "status": "False", "reason": "ScalerNotActive", "message": ""}]})
+    }
+
+    #[test]
+    fn zero_replicas_by_keda_is_ready_scaled_to_zero_with_the_url() {
+        let (d, keda) = (zero(), keda_says("True", "ready for scaling"));
+        let mut o = observed(Some(&d), &[]);
+        o.autoscaler = Some(KedaSeen {
+            installed: true,
+            status: Some(&keda),
+        });
+        let s = compute(None, &o, &t(10));
+        assert_eq!(cond(&s, "Ready"), ("True", "ScaledToZero"));
+        assert_eq!(cond(&s, "Degraded"), ("False", "AsExpected"));
+        assert_eq!(s.url.as_deref(), Some("http://llama.ml.svc:8000"));
+        let a = s.autoscaler.expect("status.autoscaler");
+        assert_eq!(
+            (a.engine.as_str(), a.ready.as_deref(), a.active.as_deref()),
+            ("KEDA", Some("True"), Some("False"))
+        );
+        // Zero replicas without KEDA is not "scaled to zero".
+        let s = compute(None, &observed(Some(&d), &[]), &t(10));
+        assert_eq!(cond(&s, "Ready"), ("True", "Available"));
+    }
+
+    #[test]
+    fn a_failing_trigger_is_degraded_and_leaves_ready_alone() {
+        let (d, keda) = (zero(), keda_says("False", "error querying prometheus"));
+        let mut o = observed(Some(&d), &[]);
+        o.autoscaler = Some(KedaSeen {
+            installed: true,
+            status: Some(&keda),
+        });
+        let s = compute(None, &o, &t(10));
+        assert_eq!(cond(&s, "Ready"), ("True", "ScaledToZero"));
+        assert_eq!(cond(&s, "Degraded"), ("True", "AutoscalerNotReady"));
+        let m = find(&s.conditions, "Degraded").map(|c| c.message.clone());
+        assert!(
+            m.as_deref()
+                .is_some_and(|m| m.contains("error querying prometheus")),
+            "{m:?}"
+        );
+    }
+
+    #[test]
+    fn keda_missing_is_degraded_while_the_model_serves() {
+        let d = complete();
+        let mut o = observed(Some(&d), &[]);
+        o.autoscaler = Some(KedaSeen {
+            installed: false,
+            status: None,
+        });
+        let s = compute(None, &o, &t(10));
+        assert_eq!(cond(&s, "Ready"), ("True", "Available"));
+        assert_eq!(cond(&s, "Degraded"), ("True", "AutoscalerUnavailable"));
+    }
+
     #[test]
     fn now_is_truncated_to_seconds() {
         let ts = Timestamp::from_millisecond(1_700_000_000_987).expect("ts");

@@ -247,9 +247,15 @@ async fn keda_replaces_the_hpa_scales_to_zero_and_hands_back_without_a_fight() {
         Some(("True".into(), "ScaledToZero".into()))
     );
 
-    // KEDA → HPA: the ScaledObject goes before the HPA comes.
+    // KEDA → HPA: the ScaledObject goes before the HPA comes. An HPA does
+    // nothing to a Deployment at 0 (Kubernetes reads it as "disabled"), so
+    // the model is woken to the HPA's minimum.
     env.apply_ms_v1beta1(name, keda_spec(3, hpa_scaling)).await;
     watch_switch(&env, &op, name, |h, s| h && !s).await;
+    wait_for("the HPA's minimum after KEDA's zero", CONVERGE, || async {
+        (deployment(&env, name).await?.spec.replicas == Some(3)).then_some(())
+    })
+    .await;
 
     // Autoscaling off: no autoscaler, and the spec's count again.
     let mut off = keda_spec(2, Value::Null);
