@@ -377,23 +377,32 @@ async fn hand_over_replicas(ctx: &Context, desired: &Deployment) -> Result<(), E
     let Some(replicas) = current.state().replicas.filter(|_| current.owns_replicas) else {
         return Ok(());
     };
-    let keep = serde_json::json!({
+    write_replicas(ctx, ns, name, replicas, "handing over replicas of").await
+}
+
+/// Writes the replica count as [`HANDOVER_MANAGER`], a manager of its own,
+/// so that our main apply may leave the field out while the value stays,
+/// and an autoscaler's first write takes the field over.
+async fn write_replicas(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    replicas: i32,
+    doing: &str,
+) -> Result<(), Error> {
+    let count = serde_json::json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": name, "namespace": ns},
         "spec": {"replicas": replicas},
     });
-    api.patch(
-        name,
-        &PatchParams::apply(HANDOVER_MANAGER).force(),
-        &Patch::Apply(&keep),
-    )
-    .await
-    .map_err(|e| {
-        Error::kube(
-            format!("handing over replicas of Deployment {ns}/{name}"),
-            e,
+    Api::<LeanDeployment>::namespaced(ctx.client.clone(), ns)
+        .patch(
+            name,
+            &PatchParams::apply(HANDOVER_MANAGER).force(),
+            &Patch::Apply(&count),
         )
-    })?;
+        .await
+        .map_err(|e| Error::kube(format!("{doing} Deployment {ns}/{name}"), e))?;
     ctx.metrics.child_write("Deployment", "handover");
     Ok(())
 }
@@ -430,22 +439,8 @@ async fn wake_for_the_hpa(
     if hpa_exists {
         return Ok(());
     }
-    let min = hpa.spec.min_replicas.unwrap_or(1);
-    let wake = serde_json::json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"replicas": min.max(1)},
-    });
-    Api::<LeanDeployment>::namespaced(ctx.client.clone(), ns)
-        .patch(
-            name,
-            &PatchParams::apply(HANDOVER_MANAGER).force(),
-            &Patch::Apply(&wake),
-        )
-        .await
-        .map_err(|e| Error::kube(format!("waking Deployment {ns}/{name} for the HPA"), e))?;
-    ctx.metrics.child_write("Deployment", "handover");
-    Ok(())
+    let min = hpa.spec.min_replicas.unwrap_or(1).max(1);
+    write_replicas(ctx, ns, name, min, "waking for the HPA").await
 }
 
 /// Where the children of one ModelService live, for deleting stale ones.

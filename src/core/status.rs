@@ -650,15 +650,20 @@ mod tests {
             {"type": "Active", "status": "False", "reason": "ScalerNotActive", "message": ""}]})
     }
 
+    /// The status of `d` with KEDA as the engine, having said `keda`.
+    fn with_keda(d: &Deployment, keda: Option<&serde_json::Value>) -> ModelServiceStatus {
+        let mut o = observed(Some(d), &[]);
+        o.autoscaler = Some(KedaSeen {
+            installed: keda.is_some(),
+            status: keda,
+        });
+        compute(None, &o, &t(10))
+    }
+
     #[test]
     fn zero_replicas_by_keda_is_ready_scaled_to_zero_with_the_url() {
         let (d, keda) = (zero(), keda_says("True", "ready for scaling"));
-        let mut o = observed(Some(&d), &[]);
-        o.autoscaler = Some(KedaSeen {
-            installed: true,
-            status: Some(&keda),
-        });
-        let s = compute(None, &o, &t(10));
+        let s = with_keda(&d, Some(&keda));
         assert_eq!(cond(&s, "Ready"), ("True", "ScaledToZero"));
         assert_eq!(cond(&s, "Degraded"), ("False", "AsExpected"));
         assert_eq!(s.url.as_deref(), Some("http://llama.ml.svc:8000"));
@@ -675,12 +680,7 @@ mod tests {
     #[test]
     fn a_failing_trigger_is_degraded_and_leaves_ready_alone() {
         let (d, keda) = (zero(), keda_says("False", "error querying prometheus"));
-        let mut o = observed(Some(&d), &[]);
-        o.autoscaler = Some(KedaSeen {
-            installed: true,
-            status: Some(&keda),
-        });
-        let s = compute(None, &o, &t(10));
+        let s = with_keda(&d, Some(&keda));
         assert_eq!(cond(&s, "Ready"), ("True", "ScaledToZero"));
         assert_eq!(cond(&s, "Degraded"), ("True", "AutoscalerNotReady"));
         let m = find(&s.conditions, "Degraded").map(|c| c.message.clone());
@@ -693,13 +693,7 @@ mod tests {
 
     #[test]
     fn keda_missing_is_degraded_while_the_model_serves() {
-        let d = complete();
-        let mut o = observed(Some(&d), &[]);
-        o.autoscaler = Some(KedaSeen {
-            installed: false,
-            status: None,
-        });
-        let s = compute(None, &o, &t(10));
+        let s = with_keda(&complete(), None);
         assert_eq!(cond(&s, "Ready"), ("True", "Available"));
         assert_eq!(cond(&s, "Degraded"), ("True", "AutoscalerUnavailable"));
     }
