@@ -8,13 +8,14 @@
 //! dropped and counted, as client-go's broadcaster does: an event must never
 //! slow down or fail the work it describes.
 //!
-//! Only warnings go through the long-lived `Recorder`, whose cache turns a
-//! warning repeated within minutes into one Event with a series count. That
-//! cache keeps every event it sent for six minutes; holding the one-off
-//! Normal events ("Created Deployment m") there would make it the largest
-//! single use of memory at scale (see BENCHMARKS.md). Those are only emitted when something was actually written, so they never
-//! repeat identically and gain nothing from the series; each goes through a
-//! fresh `Recorder` with an empty cache.
+//! Every event goes through a fresh `Recorder`, with an empty cache. A
+//! long-lived one would turn a warning repeated within minutes into one
+//! Event with a series count, but it keeps every event it sent for six
+//! minutes to do so: with a thousand models waiting for GPUs that cache was
+//! the largest single use of memory (4.4 MiB for its hash table alone at
+//! N = 1,000, measured with heaptrack; see BENCHMARKS.md). The operator has
+//! nothing for a series to fold: a warning is sent when a Degraded cause
+//! begins (see `report::degraded_change`), never again while it lasts.
 
 use std::sync::Arc;
 
@@ -55,15 +56,11 @@ impl Events {
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let (tx, rx) = mpsc::channel::<Pending>(QUEUE);
         let publisher_metrics = metrics.clone();
-        let warnings = Recorder::new(client.clone(), reporter.clone());
         let publisher = futures::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|p| (p, rx))
         })
         .for_each_concurrent(PUBLISHERS, move |p| {
-            let recorder = match p.event.type_ {
-                EventType::Warning => warnings.clone(),
-                EventType::Normal => Recorder::new(client.clone(), reporter.clone()),
-            };
+            let recorder = Recorder::new(client.clone(), reporter.clone());
             let metrics = publisher_metrics.clone();
             async move {
                 match recorder.publish(&p.event, &p.reference).await {
