@@ -154,8 +154,6 @@ macro_rules! child_table {
         #[derive(Clone)]
         pub struct Stores {
             $(pub $field: Cache<Cached<$row>>,)*
-            /// How far the ModelService watch has got.
-            pub modelservices: Arc<Freshness>,
             /// The pods of every ModelService, as diagnosis reads them (not
             /// a child: the operator never writes pods; see `pods`).
             pub pods: Cache<PodView>,
@@ -178,7 +176,6 @@ macro_rules! child_table {
                 (
                     Stores {
                         $($field: Cache::new($field.0, <$row>::OPTIONAL),)*
-                        modelservices: Arc::default(),
                         pods: Cache::new(pods.0, false),
                         pod_index: pod_index.clone(),
                     },

@@ -68,11 +68,8 @@ pub fn ensure(ctx: &Context, mut ms: ModelService) -> Result<Ensured, Error> {
         ctx.finalized.forget(&key);
         return Ok(Ensured { ms, pending: None });
     };
-    let cached_rv = ms.metadata.resource_version.as_deref();
-    let ours = ctx
-        .finalized
-        .newer_than_cache(&key, cached_rv, &ctx.stores.modelservices)
-        .is_some();
+    let held_rv = ms.metadata.resource_version.as_deref();
+    let ours = ctx.finalized.newer_than_object(&key, held_rv).is_some();
     ms.finalizers_mut().push(FINALIZER.to_string());
     if ours {
         // The server has it; the cached copy is just older than our patch.

@@ -96,6 +96,31 @@ impl<T: Clone> Recent<T> {
         }
     }
 
+    /// Our write, with the resourceVersion it produced, while `object_rv`
+    /// (the object a reconcile holds) is older than it; forgets it once the
+    /// object is not.
+    ///
+    /// For the object a reconcile was handed, not for a cache lookup: the
+    /// Controller hands a reconcile the object as it was when the reconcile
+    /// started, and the cache may catch up while the reconcile runs. Asking
+    /// the cache's progress (as [`Recent::newer_than_cache`] does) would then
+    /// drop our write while the reconcile still reads the older copy, and
+    /// the reconcile would act on a status it had already replaced.
+    pub fn newer_than_object(&self, key: &str, object_rv: Option<&str>) -> Option<(u64, T)> {
+        let mut m = self.map.lock().ok()?;
+        let w = m.get(key)?;
+        let behind = match object_rv {
+            None => true,
+            Some(rv) => parse(rv).is_some_and(|o| o < w.resource_version),
+        };
+        if behind {
+            Some((w.resource_version, w.value.clone()))
+        } else {
+            m.remove(key);
+            None
+        }
+    }
+
     /// Forgets an object (deleted).
     pub fn forget(&self, key: &str) {
         if let Ok(mut m) = self.map.lock() {
@@ -155,6 +180,35 @@ mod tests {
         fresh.observe(&Event::Delete(gone));
         assert_eq!(r.newer_than_cache("Deployment/ns/m", None, &fresh), None);
         assert!(r.is_empty());
+    }
+
+    /// The bug behind a second `CanaryRolledBack`: the cache caught up while
+    /// a reconcile held an older copy of the object, our write was dropped,
+    /// and the reconcile compared against the status it had replaced.
+    #[test]
+    fn the_object_a_reconcile_holds_is_judged_by_its_own_version_not_the_cache() {
+        use crate::api::ModelService;
+        use kube::runtime::watcher::Event;
+        let r: Recent<&str> = Recent::default();
+        let fresh = Freshness::default();
+        r.record("ModelService/ns/m", Some("42"), "ours");
+        let echo: ModelService = serde_json::from_value(serde_json::json!({
+            "apiVersion": "serving.modelservice.dev/v1beta1", "kind": "ModelService",
+            "metadata": {"name": "m", "namespace": "ns", "resourceVersion": "42"},
+            "spec": {"model": {"name": "x"}, "runtime": {"image": "i"}}
+        }))
+        .expect("ModelService");
+        fresh.observe(&Event::Apply(echo));
+        assert_eq!(
+            r.newer_than_object("ModelService/ns/m", Some("36")),
+            Some((42, "ours")),
+            "the reconcile's copy is older than our write, whatever the cache has"
+        );
+        assert_eq!(
+            r.newer_than_object("ModelService/ns/m", Some("42")),
+            None
+        );
+        assert!(r.is_empty(), "forgotten once the object has it");
     }
 
     #[test]

@@ -170,7 +170,7 @@ async fn apply_spec(ms: &ModelService, ctx: &Context) -> Result<Action, Error> {
     } else {
         ctx.config.not_ready_requeue
     };
-    if let report::Reported::Paced(wait) = reported {
+    if let report::Reported::Paced(wait) | report::Reported::Conflicted(wait) = reported {
         next = next.min(wait);
     }
     Ok(Action::requeue(next))
@@ -204,7 +204,9 @@ async fn validate_build_apply(
     let mut plan = plan(&valid, Some(&owner), &prior);
     let decision = surge::settle(ctx, &valid, &mut plan.children.deployment).await;
     // The spec was reported rolled out before: a write now is a repair.
-    let repair = report::effective_status(ctx, ms).and_then(|s| s.observed_generation)
+    let repair = report::effective_status(ctx, ms)
+        .status
+        .and_then(|s| s.observed_generation)
         == ms.metadata.generation;
     match apply::apply_children(ctx, &ms.object_ref(&()), &uid, &plan.children, repair).await {
         Ok(applied) => Ok(Acted {
@@ -287,16 +289,16 @@ async fn report_status(
             weights_why: acted.weights.as_ref().and_then(|w| w.why.as_deref()),
         }),
     };
-    let previous = report::effective_status(ctx, ms);
+    let seen = report::effective_status(ctx, ms);
     let status = compute(
-        previous.as_ref(),
+        seen.status.as_ref(),
         &observed,
         &now_seconds(k8s_openapi::jiff::Timestamp::now()),
     );
     let ready =
         crate::core::conditions::find(&status.conditions, crate::api::condition_types::READY)
             .is_some_and(|c| c.status == "True");
-    let reported = report::report(ctx, ms, &ms.object_ref(&()), previous.as_ref(), &status).await?;
+    let reported = report::report(ctx, ms, &ms.object_ref(&()), &seen, &status).await?;
     Ok((ready, reported))
 }
 

@@ -3,6 +3,15 @@
 //!
 //! Equality is checked against the status the object carries, so a settled
 //! ModelService costs no write and raises no watch event.
+//!
+//! An Event is tied to the write that made its transition. A write that
+//! announces something (a new Degraded cause, a rollback) carries the
+//! resourceVersion of the status it was compared with, so the API server
+//! refuses it when that status is no longer the stored one. Only one write
+//! can move the stored status from "without the cause" to "with it", so each
+//! cause is announced once whatever the interleaving of reconciles, watch
+//! lag or operator restarts: a reconcile that compared with an old copy gets
+//! 409, reads the object, and decides again against what is stored.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Patch, PatchParams};
@@ -31,21 +40,45 @@ pub enum Reported {
     /// It is only progress, written lately: look again after this long
     /// (see `core::pacing`).
     Paced(Duration),
+    /// The object changed twice under an announcing write: nothing was
+    /// written or announced; look again after this long.
+    Conflicted(Duration),
 }
 
-/// Patches `/status` to `new` unless `current` (from [`effective_status`])
-/// already is it, or it is only progress and was written lately; emits an
-/// Event when the Degraded condition's cause changed.
+/// How soon a reconcile whose announcing write met a moving object looks again.
+const AFTER_CONFLICT: Duration = Duration::from_secs(1);
+
+/// The status a reconcile compares with, and the resourceVersion of the
+/// object that holds it.
+#[derive(Clone, Debug, Default)]
+pub struct Seen {
+    pub status: Option<ModelServiceStatus>,
+    pub resource_version: Option<String>,
+}
+
+/// Something a person should hear about, once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Announcement {
+    pub type_: EventType,
+    pub reason: String,
+    pub action: &'static str,
+    pub note: String,
+}
+
+/// Patches `/status` to `new` unless `seen` (from [`effective_status`])
+/// already holds it, or it is only progress and was written lately; emits
+/// the Events of the transitions the write made (see the module doc).
 pub async fn report(
     ctx: &Context,
     ms: &ModelService,
     reference: &ObjectReference,
-    current: Option<&ModelServiceStatus>,
+    seen: &Seen,
     new: &ModelServiceStatus,
 ) -> Result<Reported, Error> {
     let ns = ms.namespace().unwrap_or_default();
     let name = ms.name_any();
     ctx.metrics.observe_status(&ns, &name, new);
+    let current = seen.status.as_ref();
     if current == Some(new) {
         return Ok(Reported::Unchanged);
     }
@@ -60,36 +93,98 @@ pub async fn report(
     if let Write::After(wait) = pacing::when(current, new, timing, pace) {
         return Ok(Reported::Paced(wait));
     }
-    // Only the resourceVersion of the response is read: decode it lean.
-    let api: Api<Lean<ModelService>> = Api::namespaced(ctx.client.clone(), &ns);
-    let written = api
-        .patch_status(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER),
-            &Patch::Merge(status_patch_from(current, new)?),
-        )
-        .await
-        .map_err(|e| Error::kube(format!("writing status of {ns}/{name}"), e))?;
-    ctx.written_status.record(
-        &key,
-        written.metadata.resource_version.as_deref(),
-        new.clone(),
-    );
-    ctx.status_writes.wrote(&key);
-    if let Some((type_, reason, note)) = degraded_change(current, new) {
+    let status = StatusApi {
+        client: ctx.client.clone(),
+        ns: &ns,
+        name: &name,
+    };
+    let news = announcements(current, new);
+    let base = (!news.is_empty())
+        .then_some(seen.resource_version.as_deref())
+        .flatten();
+    let (written, news) = match status.write(status_patch_from(current, new)?, base).await {
+        Ok(written) => (written, news),
+        Err(e) if base.is_some() && is_conflict(&e) => {
+            // What we compared with is no longer stored: decide again
+            // against what is.
+            let stored = status.read().await?;
+            let news = announcements(stored.status.as_ref(), new);
+            if stored.status.as_ref() == Some(new) {
+                record(ctx, &key, stored.resource_version.as_deref(), new);
+                return Ok(Reported::Written);
+            }
+            let base = (!news.is_empty())
+                .then_some(stored.resource_version.as_deref())
+                .flatten();
+            let patch = status_patch_from(stored.status.as_ref(), new)?;
+            match status.write(patch, base).await {
+                Ok(written) => (written, news),
+                Err(e) if is_conflict(&e) => return Ok(Reported::Conflicted(AFTER_CONFLICT)),
+                Err(e) => return Err(status.error(e)),
+            }
+        }
+        Err(e) => return Err(status.error(e)),
+    };
+    record(ctx, &key, written.metadata.resource_version.as_deref(), new);
+    for a in news {
         ctx.events
-            .publish(reference, type_, &reason, "Diagnose", note);
-    }
-    if let Some(note) = canary_rolled_back(current, new) {
-        ctx.events.publish(
-            reference,
-            EventType::Warning,
-            "CanaryRolledBack",
-            "Rollback",
-            note,
-        );
+            .publish(reference, a.type_, &a.reason, a.action, a.note);
     }
     Ok(Reported::Written)
+}
+
+/// Remembers the status we wrote, and when.
+fn record(ctx: &Context, key: &str, resource_version: Option<&str>, new: &ModelServiceStatus) {
+    ctx.written_status
+        .record(key, resource_version, new.clone());
+    ctx.status_writes.wrote(key);
+}
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+/// One ModelService's `/status`.
+struct StatusApi<'a> {
+    client: kube::Client,
+    ns: &'a str,
+    name: &'a str,
+}
+
+impl StatusApi<'_> {
+    /// Sends `patch` (from [`status_patch_from`]); with `base`, only if the
+    /// object is still at that resourceVersion. Only the resourceVersion of
+    /// the response is read: it is decoded lean.
+    async fn write(
+        &self,
+        mut patch: Value,
+        base: Option<&str>,
+    ) -> Result<Lean<ModelService>, kube::Error> {
+        if let Some(rv) = base {
+            patch["metadata"] = json!({ "resourceVersion": rv });
+        }
+        Api::<Lean<ModelService>>::namespaced(self.client.clone(), self.ns)
+            .patch_status(
+                self.name,
+                &PatchParams::apply(FIELD_MANAGER),
+                &Patch::Merge(patch),
+            )
+            .await
+    }
+
+    /// The status as stored, read from the API server (not the cache).
+    async fn read(&self) -> Result<Seen, Error> {
+        let api: Api<ModelService> = Api::namespaced(self.client.clone(), self.ns);
+        let ms = api.get(self.name).await.map_err(|e| self.error(e))?;
+        Ok(Seen {
+            status: ms.status,
+            resource_version: ms.metadata.resource_version,
+        })
+    }
+
+    fn error(&self, e: kube::Error) -> Error {
+        Error::kube(format!("writing status of {}/{}", self.ns, self.name), e)
+    }
 }
 
 /// When each object's status was last written by us, and when a reconcile
@@ -148,16 +243,23 @@ impl StatusWrites {
     }
 }
 
-/// The status as it really is now: our own last write while the cache has
-/// not caught up with it, else what the cached object says.
-pub fn effective_status(ctx: &Context, ms: &ModelService) -> Option<ModelServiceStatus> {
-    ctx.written_status
-        .newer_than_cache(
-            &recent::key_of(ms),
-            ms.metadata.resource_version.as_deref(),
-            &ctx.stores.modelservices,
-        )
-        .or_else(|| ms.status.clone())
+/// The status as it really is now: our own last write while the object
+/// the reconcile holds is older than it, else what that object says.
+pub fn effective_status(ctx: &Context, ms: &ModelService) -> Seen {
+    let held = ms.metadata.resource_version.as_deref();
+    match ctx
+        .written_status
+        .newer_than_object(&recent::key_of(ms), held)
+    {
+        Some((rv, status)) => Seen {
+            status: Some(status),
+            resource_version: Some(rv.to_string()),
+        },
+        None => Seen {
+            status: ms.status.clone(),
+            resource_version: held.map(str::to_string),
+        },
+    }
 }
 
 /// A merge patch that sets every status field, with explicit nulls for the
@@ -214,6 +316,27 @@ fn null_removed(old: &Value, new: &mut Value) {
             }
         }
     }
+}
+
+/// What a write from `old` to `new` announces: a changed Degraded cause,
+/// a canary just rolled back.
+pub fn announcements(
+    old: Option<&ModelServiceStatus>,
+    new: &ModelServiceStatus,
+) -> Vec<Announcement> {
+    let degraded = degraded_change(old, new).map(|(type_, reason, note)| Announcement {
+        type_,
+        reason,
+        action: "Diagnose",
+        note,
+    });
+    let rollback = canary_rolled_back(old, new).map(|note| Announcement {
+        type_: EventType::Warning,
+        reason: "CanaryRolledBack".into(),
+        action: "Rollback",
+        note,
+    });
+    degraded.into_iter().chain(rollback).collect()
 }
 
 /// The Event to emit when the Degraded cause changed: a warning naming the

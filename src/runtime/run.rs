@@ -253,7 +253,9 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
         api::<Guarded<ModelService>>(&client, ns),
         watcher::Config::default(),
         ms_writer,
-        ctx.stores.modelservices.clone(),
+        // Nobody asks how far this watch has got: a reconcile judges the
+        // copy it was handed (see `controller::recent::newer_than_object`).
+        Arc::default(),
         metrics.clone(),
         trim::<Guarded<ModelService>>,
     )

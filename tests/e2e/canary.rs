@@ -241,7 +241,7 @@ async fn a_canary_serves_beside_the_stable_track_and_gets_weight_only_once_ready
 async fn a_crashing_canary_is_rolled_back_by_itself_and_the_stable_track_keeps_every_pod() {
     let env = Env::new().await;
     env.install_gateway_crd().await;
-    let _op = env.operator().start();
+    let op = env.operator().start();
     let name = "rollback";
     env.apply_ms_v1beta1(name, spec(&serving_image(), 2, None))
         .await;
@@ -310,7 +310,7 @@ async fn a_crashing_canary_is_rolled_back_by_itself_and_the_stable_track_keeps_e
     assert_eq!(
         warnings(&env, name, "CanaryRolledBack").await,
         1,
-        "announced once"
+        "announced once; log:\n{}", op.logs()
     );
 
     // A new canary template tries again.
