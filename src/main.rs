@@ -7,7 +7,7 @@ use clap::Parser;
 use modelservice_operator::api::crd_yaml;
 use modelservice_operator::controller::ControllerConfig;
 use modelservice_operator::core::OperatorDefaults;
-use modelservice_operator::core::convert::convert_object;
+use modelservice_operator::core::convert::convert_checked;
 use modelservice_operator::runtime::cli::{Cli, Command, LogFormat, RunArgs};
 use modelservice_operator::runtime::leader::{self, ElectionConfig};
 use modelservice_operator::runtime::run::{RunConfig, run};
@@ -102,7 +102,7 @@ async fn run_command(args: RunArgs) -> Result<(), String> {
         startup_timeout: args.startup_timeout,
         reporter_instance: Some(identity),
         webhook: Some(args.webhook_config()),
-        convert: |object, to| convert_object(object, to).map_err(|e| e.to_string()),
+        convert: convert_checked,
     };
     run(config, cfg, signal).await.map_err(|e| e.to_string())
 }

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{EnvVar, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use modelservice_operator::api::{self, v1alpha1};
 use modelservice_operator::core::convert::{
-    ConversionError, FIELDS_ANNOTATION, V1ALPHA1, V1BETA1, convert_object,
+    ConversionError, FIELDS_ANNOTATION, V1ALPHA1, V1BETA1, convert_checked, convert_object,
 };
 use modelservice_operator::runtime::render::render;
 use proptest::prelude::*;
@@ -316,6 +316,11 @@ proptest! {
         let typed: api::ModelService = serde_json::from_value(beta.clone()).expect("a v1beta1 object");
         prop_assert_eq!(typed.spec.runtime.preset, None, "v1alpha1 reads as the v1alpha1 command line");
         prop_assert_eq!(typed.spec.rollout.surge, Some(api::Surge::Never), "v1alpha1 never surges");
+        prop_assert_eq!(
+            convert_checked(alpha.clone(), V1BETA1).map(|_| ()),
+            Ok(()),
+            "the result validates against the v1beta1 schema"
+        );
         prop_assert_eq!(convert(beta, V1ALPHA1), alpha);
     }
 
@@ -347,6 +352,11 @@ proptest! {
         if let Some(min) = typed.spec.autoscaling.as_ref().map(|a| a.min_replicas) {
             prop_assert!(min >= 1, "v1alpha1 shows a minReplicas its schema accepts");
         }
+        prop_assert_eq!(
+            convert_checked(alpha.clone(), V1BETA1).map(|_| ()),
+            Ok(()),
+            "the way back validates against the v1beta1 schema"
+        );
         prop_assert_eq!(convert(alpha, V1BETA1), beta);
     }
 }
@@ -432,6 +442,70 @@ fn a_hand_edited_annotation_never_makes_an_object_unreadable() {
     let back = convert(alpha, V1BETA1);
     assert!(back["spec"]["runtime"].get("preset").is_none());
     assert!(back["metadata"].get("annotations").is_none());
+}
+
+/// The forged create of issue 24: the annotation named another image and
+/// 5000 canary replicas. The image is v1alpha1's to say, so it comes from
+/// the v1alpha1 spec; the canary is v1beta1-only, so it comes back, and the
+/// webhook refuses it against the schema (see `tests/webhook.rs`).
+#[test]
+fn the_annotation_never_overrides_a_field_v1alpha1_has() {
+    let forged = json!({"apiVersion": V1ALPHA1, "kind": "ModelService",
+        "metadata": {"name": "forged", "annotations": {FIELDS_ANNOTATION:
+            r#"{"runtime":{"image":"evil.example.com/x:1","preset":"vllm"},"model":{"name":"evil"},"replicas":99,"resources":{"gpus":16},"autoscaling":{"maxReplicas":100}}"#}},
+        "spec": {"model": "good", "image": "good.example.com/x:1", "replicas": 2, "gpus": 1}});
+    let beta = convert(forged, V1BETA1);
+    assert_eq!(beta["spec"]["runtime"]["image"], "good.example.com/x:1");
+    assert_eq!(beta["spec"]["model"]["name"], "good");
+    assert_eq!(beta["spec"]["replicas"], 2);
+    assert_eq!(beta["spec"]["resources"]["gpus"], 1);
+    assert!(
+        beta["spec"].get("autoscaling").is_none(),
+        "no autoscaling in v1alpha1, none from the annotation"
+    );
+    assert_eq!(
+        beta["spec"]["runtime"]["preset"], "vllm",
+        "what v1alpha1 cannot say still comes back"
+    );
+}
+
+/// The same forged create, as the webhook answers the API server: the
+/// canary's 5000 replicas break the v1beta1 schema, and the review fails
+/// with a message naming the field, so nothing is stored.
+#[test]
+fn the_webhook_refuses_a_conversion_whose_result_breaks_the_storage_schema() {
+    let forged = json!({"apiVersion": V1ALPHA1, "kind": "ModelService",
+        "metadata": {"name": "forged", "namespace": "ml", "annotations": {FIELDS_ANNOTATION:
+            r#"{"rollout":{"canary":{"replicas":5000}}}"#}},
+        "spec": {"model": "good", "image": "good.example.com/x:1"}});
+    let review = |object: Value| {
+        let body = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+            "request": {"uid": "u", "desiredAPIVersion": V1BETA1, "objects": [object]}});
+        modelservice_operator::webhook::review::handle(
+            body.to_string().as_bytes(),
+            modelservice_operator::core::convert::convert_checked,
+        )
+    };
+    let answer = review(forged.clone());
+    assert_eq!(answer["response"]["result"]["status"], "Failure");
+    let message = answer["response"]["result"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains("spec.rollout.canary.replicas"),
+        "{message}"
+    );
+    assert!(answer["response"].get("convertedObjects").is_none());
+
+    let mut honest = forged;
+    honest["metadata"]["annotations"][FIELDS_ANNOTATION] =
+        json!(r#"{"rollout":{"canary":{"replicas":5}}}"#);
+    let answer = review(honest);
+    assert_eq!(answer["response"]["result"]["status"], "Success");
+    assert_eq!(
+        answer["response"]["convertedObjects"][0]["spec"]["rollout"]["canary"]["replicas"],
+        5
+    );
 }
 
 #[test]

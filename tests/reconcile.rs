@@ -518,7 +518,11 @@ async fn crash_looping_canary(w: &World, name: &str) -> serde_json::Value {
     let ms = w.create(name, s.clone()).await;
     w.reconcile(ms).await;
     let canary_name = format!("{name}-canary");
-    let canary = w.api::<Deployment>().get(&canary_name).await.expect("canary");
+    let canary = w
+        .api::<Deployment>()
+        .get(&canary_name)
+        .await
+        .expect("canary");
     assert_eq!(canary.spec.replicas, Some(1));
 
     let pod_name = format!("{name}-canary-1");

@@ -12,6 +12,7 @@ mod crd;
 mod defaults;
 pub mod gateway;
 pub mod keda;
+pub mod schema_check;
 mod status;
 pub mod v1alpha1;
 pub mod v1beta1;

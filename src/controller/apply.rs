@@ -19,6 +19,7 @@ use super::observe::cached;
 use super::{Context, Error, recent};
 use crate::core::Children;
 use crate::core::fingerprint::{ANNOTATION, stamp};
+use crate::core::ownership;
 use crate::core::subset::is_subset;
 use crate::core::tracks;
 
@@ -254,12 +255,10 @@ async fn apply_one<C: Child>(
     let cached_rv = current
         .as_ref()
         .and_then(|c| c.meta().resource_version.clone());
-    if ctx
+    let remembered = ctx
         .applied
-        .newer_than_cache(&key, cached_rv.as_deref(), &cache.fresh)
-        .as_deref()
-        == Some(fingerprint.as_str())
-    {
+        .newer_than_cache(&key, cached_rv.as_deref(), &cache.fresh);
+    if remembered.as_deref() == Some(fingerprint.as_str()) {
         // We applied exactly this a moment ago and the cache has not caught
         // up. Report the desired object (no status yet), never the stale
         // cached one, whose old status could claim the new spec is ready.
@@ -270,6 +269,8 @@ async fn apply_one<C: Child>(
         })?;
         return Ok((desired, (Outcome::Unchanged, kind.into_owned(), name)));
     }
+    let api: Api<Cached<C>> = Api::namespaced(ctx.client.clone(), &ns);
+    ensure_ours::<C>(&api, desired, current.as_deref(), remembered.is_some()).await?;
     if let Some(cur) = &current {
         // A child stamped with another fingerprint cannot hold the desired
         // object (the stamp is part of it): no need to compare the rest.
@@ -292,7 +293,6 @@ async fn apply_one<C: Child>(
             ));
         }
     }
-    let api: Api<Cached<C>> = Api::namespaced(ctx.client.clone(), &ns);
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     let applied = api
         .patch(&name, &pp, &Patch::Apply(&desired_json))
@@ -314,6 +314,38 @@ async fn apply_one<C: Child>(
     };
     ctx.metrics.child_write(&kind, op);
     Ok((applied, (outcome, kind.into_owned(), name)))
+}
+
+/// Fails with a conflict unless the object named like `desired` is ours to
+/// write: controlled by the owner `desired` names, or absent. The caches
+/// hold only objects we labelled, so one they lack may still exist (made by
+/// someone else): it is looked up, unless we wrote it a moment ago
+/// (`remembered`). Costs one GET per child the operator is about to create.
+/// An object made between that GET and our apply would still be taken; the
+/// window is one round trip.
+async fn ensure_ours<C: Child>(
+    api: &Api<Cached<C>>,
+    desired: &C::Object,
+    cached: Option<&Cached<C>>,
+    remembered: bool,
+) -> Result<(), Error> {
+    let kind = C::Object::kind(&());
+    let owner = ownership::controller_uid(desired.meta()).unwrap_or_default();
+    let found = match cached {
+        Some(c) => Some(c.meta().clone()),
+        None if remembered => None,
+        None => {
+            let name = desired.meta().name.as_deref().unwrap_or_default();
+            api.get_opt(name)
+                .await
+                .map_err(|e| Error::kube(format!("looking up {kind} {name}"), e))?
+                .map(|o| o.meta().clone())
+        }
+    };
+    match found.and_then(|m| ownership::check(&kind, &m, owner)) {
+        Some(conflict) => Err(conflict.into()),
+        None => Ok(()),
+    }
 }
 
 /// The field manager that keeps `spec.replicas` at its current value while

@@ -19,6 +19,10 @@ pub enum Error {
     /// The object lacks something the API server always sets.
     #[error("the object has no {0}")]
     MissingField(&'static str),
+    /// A child's name is held by an object this ModelService does not
+    /// control: nothing was written to it.
+    #[error("{0}")]
+    ChildConflict(#[from] crate::core::ownership::Conflict),
     /// A child could not be turned into JSON (a bug, not bad input).
     #[error("serializing {what}: {source}")]
     Serialize {
@@ -53,6 +57,7 @@ impl Error {
                 _ => "finalizer",
             },
             Self::MissingField(_) => "missing_field",
+            Self::ChildConflict(_) => "child_conflict",
             Self::Serialize { .. } => "serialize",
         }
     }
@@ -72,7 +77,7 @@ impl Error {
                 }
                 _ => false,
             },
-            Self::MissingField(_) | Self::Serialize { .. } => true,
+            Self::MissingField(_) | Self::Serialize { .. } | Self::ChildConflict(_) => true,
             Self::Kube { .. } => false,
         }
     }

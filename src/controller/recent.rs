@@ -204,10 +204,7 @@ mod tests {
             Some((42, "ours")),
             "the reconcile's copy is older than our write, whatever the cache has"
         );
-        assert_eq!(
-            r.newer_than_object("ModelService/ns/m", Some("42")),
-            None
-        );
+        assert_eq!(r.newer_than_object("ModelService/ns/m", Some("42")), None);
         assert!(r.is_empty(), "forgotten once the object has it");
     }
 

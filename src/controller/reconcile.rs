@@ -220,6 +220,7 @@ async fn validate_build_apply(
             unavailable: applied.unavailable,
             failure: None,
         }),
+        Err(Error::ChildConflict(c)) => Ok(Acted::blocked(ctx, ns, name, c.problem(), None)),
         Err(e) if e.is_permanent() => {
             let p = Problem {
                 reason: reasons::RECONCILE_FAILED,

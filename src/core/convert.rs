@@ -125,6 +125,21 @@ pub fn convert_object(mut obj: Value, desired: &str) -> Result<Value, Conversion
     Ok(obj)
 }
 
+/// [`convert_object`] as the webhook runs it: a result in the storage
+/// version must also satisfy that version's schema and CEL rules (see
+/// `api::schema_check`), with a message that names the field. Results in
+/// the older version are not checked: they come from stored objects, which
+/// passed the storage schema, and refusing one would fail every list in
+/// that version.
+pub fn convert_checked(obj: Value, desired: &str) -> Result<Value, String> {
+    let converted = convert_object(obj, desired).map_err(|e| e.to_string())?;
+    if desired == storage_api_version() {
+        crate::api::schema_check::check_storage_version(&converted)
+            .map_err(|e| format!("the result breaks the {desired} schema: {e}"))?;
+    }
+    Ok(converted)
+}
+
 /// The apiVersion of a version name (`v1beta1` → `serving.modelservice.dev/v1beta1`).
 pub fn api_version(version: &str) -> String {
     format!("{GROUP}/{version}")
@@ -154,6 +169,15 @@ fn to_v1beta1(
         }
     }
     if let Some(mut stash) = stash {
+        // The annotation is user input: it brings back only what v1alpha1
+        // cannot say. A field v1alpha1 has comes from the v1alpha1 spec,
+        // never from the annotation (which could otherwise swap the image
+        // a v1alpha1 client sees for another).
+        for (_, to) in MOVES {
+            if !NARROWED.iter().any(|(n, _)| n == to) {
+                take(&mut stash, to);
+            }
+        }
         for (path, floor) in NARROWED {
             let Some(real) = take(&mut stash, path) else {
                 continue;

@@ -14,6 +14,7 @@ pub mod fingerprint;
 pub mod hpa;
 pub mod keda;
 pub mod labels;
+pub mod ownership;
 pub mod pacing;
 pub mod preset;
 pub mod quantity;

@@ -29,6 +29,9 @@ pub const INVALID_SPEC: &str = "InvalidSpec";
 pub const INVALID_OBJECT: &str = "InvalidObject";
 /// Writing a child failed; the message carries the API server's answer.
 pub const RECONCILE_FAILED: &str = "ReconcileFailed";
+/// A child's name is held by an object this ModelService does not control
+/// (see `core::ownership`); nothing is written to it.
+pub const CHILD_CONFLICT: &str = "ChildConflict";
 /// Ready=True at zero replicas: KEDA scaled the model to zero while idle.
 pub const SCALED_TO_ZERO: &str = "ScaledToZero";
 /// Degraded: the autoscaler the spec asks for is not installed in the cluster.

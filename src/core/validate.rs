@@ -150,6 +150,47 @@ pub fn validate_with(
             problems.push("spec.autoscaling.metric must not be empty".into());
         }
     }
+    if let Some(c) = &spec.rollout.canary {
+        check_range(
+            &mut problems,
+            "spec.rollout.canary.replicas",
+            c.replicas,
+            1,
+            100,
+        );
+        check_range(
+            &mut problems,
+            "spec.rollout.canary.weight",
+            c.weight,
+            0,
+            100,
+        );
+        if let Some(image) = c.runtime.as_ref().and_then(|r| r.image.as_deref())
+            && (image.trim().is_empty() || image.chars().any(char::is_whitespace))
+        {
+            problems.push(format!(
+                "spec.rollout.canary.runtime.image {image:?} must be non-empty, without whitespace"
+            ));
+        }
+    }
+    if let Some(r) = &spec.route {
+        if r.parent_refs.is_empty() || r.parent_refs.len() > 32 {
+            problems.push(format!(
+                "spec.route.parentRefs has {} entries, must have 1 to 32",
+                r.parent_refs.len()
+            ));
+        }
+        if r.hostnames.len() > 16 {
+            problems.push(format!(
+                "spec.route.hostnames has {} entries, must have at most 16",
+                r.hostnames.len()
+            ));
+        }
+        if !r.path.starts_with('/') || r.path.len() > 1024 {
+            problems
+                .push("spec.route.path must start with / and be at most 1024 characters".into());
+        }
+    }
     let reserved = preset::env_names(rt.preset);
     for (i, e) in rt.env.iter().enumerate() {
         if e.name.is_empty() || e.name.contains('=') {
@@ -289,6 +330,31 @@ mod tests {
         assert!(err.to_string().contains("-canary"), "{err}");
         ms.metadata.name = Some("a".repeat(56));
         assert!(validate(&ms, "default").is_ok());
+    }
+
+    /// Defence in depth: an object stored around the schema (an older CRD,
+    /// a forged conversion) must never become 5000 pods.
+    #[test]
+    fn every_bound_of_a_canary_and_a_route_is_checked_again() {
+        let mut ms = sample();
+        ms.spec.rollout.canary = serde_json::from_value(serde_json::json!(
+            {"replicas": 5000, "weight": 150, "runtime": {"image": "a b"}}
+        ))
+        .ok();
+        ms.spec.route = serde_json::from_value(serde_json::json!(
+            {"parentRefs": [], "path": "v1"}
+        ))
+        .ok();
+        let err = validate(&ms, "default").expect_err("out of bounds");
+        for field in [
+            "spec.rollout.canary.replicas is 5000",
+            "spec.rollout.canary.weight is 150",
+            "spec.rollout.canary.runtime.image",
+            "spec.route.parentRefs has 0 entries",
+            "spec.route.path",
+        ] {
+            assert!(err.to_string().contains(field), "{field}: {err}");
+        }
     }
 
     #[test]

@@ -310,7 +310,8 @@ async fn a_crashing_canary_is_rolled_back_by_itself_and_the_stable_track_keeps_e
     assert_eq!(
         warnings(&env, name, "CanaryRolledBack").await,
         1,
-        "announced once; log:\n{}", op.logs()
+        "announced once; log:\n{}",
+        op.logs()
     );
 
     // A new canary template tries again.

@@ -21,7 +21,7 @@ use kube::api::{
 };
 use kube::{Api, Client, ResourceExt};
 use modelservice_operator::api::ModelService;
-use modelservice_operator::core::convert::{V1ALPHA1, V1BETA1, convert_object};
+use modelservice_operator::core::convert::{V1ALPHA1, V1BETA1, convert_checked, convert_object};
 use serde_json::{Value, json};
 
 /// The API version the scenarios write ModelServices in:
@@ -97,14 +97,9 @@ impl Env {
             }
         } else {
             // The fake stands in for the API server and the conversion
-            // webhook alike: it converts with the operator's own code.
+            // webhook alike: it converts with the webhook's own code.
             let fake = FakeApiServer::builder()
-                .with_converter(
-                    "modelservices",
-                    std::sync::Arc::new(|object, to: &str| {
-                        convert_object(object, to).map_err(|e| e.to_string())
-                    }),
-                )
+                .with_converter("modelservices", std::sync::Arc::new(convert_checked))
                 .start()
                 .await;
             let kubeconfig = dir.path().join("kubeconfig");

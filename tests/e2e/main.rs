@@ -16,6 +16,7 @@ mod keda;
 mod keda_missing;
 mod leader;
 mod lifecycle;
+mod ownership;
 mod permissions;
 mod process;
 mod route_missing;

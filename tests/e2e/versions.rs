@@ -109,3 +109,71 @@ async fn a_v1beta1_only_field_survives_a_v1alpha1_read_and_update_by_another_cli
     );
     env.finish().await;
 }
+
+/// The kept-fields annotation is user input (issue 24). A v1alpha1 create
+/// whose annotation breaks the v1beta1 schema (5000 canary replicas) is
+/// refused with the field named, and one that only tries to swap a field
+/// v1alpha1 has (the image) gets the v1alpha1 spec's value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kept_fields_annotation_neither_breaks_the_schema_nor_overrides_v1alpha1() {
+    let env = Env::new().await;
+    env.with_conversion().await;
+    let _op = env.operator().start();
+    let alpha = dynamic_ms_api(&env.client, &env.namespace, V1ALPHA1);
+    let forged = |name: &str, kept: &str| -> kube::api::DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": V1ALPHA1, "kind": "ModelService",
+            "metadata": {"name": name, "namespace": env.namespace,
+                "annotations": {FIELDS_ANNOTATION: kept}},
+            "spec": {"model": "Qwen/Qwen2.5-0.5B-Instruct", "image": "good.example.com/x:1", "gpus": 0}}))
+        .expect("object")
+    };
+    let refused = alpha
+        .create(
+            &PostParams::default(),
+            &forged(
+                "forged",
+                r#"{"runtime":{"image":"evil.example.com/x:1"},"rollout":{"canary":{"replicas":5000}}}"#,
+            ),
+        )
+        .await
+        .expect_err("a canary of 5000 replicas is refused");
+    assert!(
+        refused.to_string().contains("spec.rollout.canary.replicas"),
+        "{refused}"
+    );
+    assert!(
+        dynamic_ms_api(&env.client, &env.namespace, V1BETA1)
+            .get_opt("forged")
+            .await
+            .expect("get")
+            .is_none(),
+        "nothing stored"
+    );
+
+    alpha
+        .create(
+            &PostParams::default(),
+            &forged(
+                "swapped",
+                r#"{"runtime":{"image":"evil.example.com/x:1"},"rollout":{"canary":{"replicas":2}}}"#,
+            ),
+        )
+        .await
+        .expect("within the schema, created");
+    let d = wait_for("the Deployment", CONVERGE, || async {
+        env.api::<Deployment>()
+            .get_opt("swapped")
+            .await
+            .ok()
+            .flatten()
+    })
+    .await;
+    let image = d
+        .spec
+        .template
+        .spec
+        .and_then(|p| p.containers.first().and_then(|c| c.image.clone()));
+    assert_eq!(image.as_deref(), Some("good.example.com/x:1"));
+    env.finish().await;
+}
