@@ -654,6 +654,52 @@ async fn a_restarted_operator_handed_an_old_copy_does_not_announce_a_gpu_shortag
     assert_eq!(warnings.len(), 1, "{warnings:?}");
 }
 
+/// A transient error retried is one Event per cause, not one per retry
+/// (issue 24); a success ends the run, so the same cause later is news.
+#[tokio::test]
+async fn a_failure_retried_is_announced_once_per_cause() {
+    use fake_apiserver::{FailRule, Verb};
+    let w = world(true).await;
+    let ms = w.create("flaky", spec()).await;
+    w._fake.fail_next(
+        FailRule::new(500)
+            .verb(Verb::Patch)
+            .resource("deployments")
+            .times(3),
+    );
+    for _ in 0..3 {
+        let result = reconcile(Arc::new(Guarded(Ok(ms.clone()))), w.ctx.clone()).await;
+        assert!(result.is_err(), "the injected 500 fails the reconcile");
+    }
+    let failed = |events: Vec<(String, String, String)>| {
+        events
+            .into_iter()
+            .filter(|e| e.1 == "ReconcileFailed")
+            .count()
+    };
+    assert_eq!(
+        failed(events_of(&w, "flaky").await),
+        1,
+        "three retries, one Event"
+    );
+    w.reconcile(w.get("flaky").await).await;
+    w._fake
+        .fail_next(FailRule::new(500).verb(Verb::Patch).resource("services"));
+    let w = w.synced().await;
+    w.api::<Service>()
+        .delete("flaky", &DeleteParams::default())
+        .await
+        .expect("delete Service");
+    let w = w.synced().await;
+    let again = reconcile(Arc::new(Guarded(Ok(w.get("flaky").await))), w.ctx.clone()).await;
+    assert!(again.is_err());
+    assert_eq!(
+        failed(events_of(&w, "flaky").await),
+        2,
+        "after a success, a failure is news again"
+    );
+}
+
 /// A Ready node with `gpus` GPUs, registered as a kubelet would.
 async fn node(w: &World, name: &str, gpus: &str) {
     use k8s_openapi::api::core::v1::Node;

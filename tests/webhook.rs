@@ -290,10 +290,22 @@ async fn the_client_config_is_written_once_and_switches_cleanly() {
             .expect("reconcile"),
         Outcome::Updated
     );
-    let cc = Api::<CustomResourceDefinition>::all(client)
+    let crd = Api::<CustomResourceDefinition>::all(client)
         .get(CRD_NAME)
         .await
-        .expect("CRD")
+        .expect("CRD");
+    let managers: Vec<String> = crd
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert!(
+        managers.iter().any(|m| m == "modelservice-operator"),
+        "the write is signed (issue 24): {managers:?}"
+    );
+    let cc = crd
         .spec
         .conversion
         .and_then(|c| c.webhook)

@@ -28,6 +28,25 @@ use crate::core::tracks;
 /// operator never conflicts with itself and a user sees one owner.
 pub const FIELD_MANAGER: &str = "modelservice-operator";
 
+/// A patch that is not a server-side apply (a merge or JSON patch), under
+/// [`FIELD_MANAGER`]: without a name the API server records such a write's
+/// manager as `unknown`, and nobody reading `managedFields` (a person, Argo
+/// CD) can tell who made it.
+pub fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    }
+}
+
+/// A create or replace under [`FIELD_MANAGER`] (see [`patch_params`]).
+pub fn post_params() -> kube::api::PostParams {
+    kube::api::PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..kube::api::PostParams::default()
+    }
+}
+
 /// What one apply did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Outcome {

@@ -22,10 +22,17 @@ pub fn delay(failures: u32, permanent: bool) -> Duration {
     Duration::from_millis(ms.min(300_000))
 }
 
-/// Failures in a row, by `namespace/name`.
+/// Failures in a row, by `namespace/name`, and the cause last announced
+/// for them.
 #[derive(Debug, Default)]
 pub struct Failures {
-    map: Mutex<HashMap<String, u32>>,
+    map: Mutex<HashMap<String, InARow>>,
+}
+
+#[derive(Debug, Default)]
+struct InARow {
+    count: u32,
+    announced: Option<String>,
 }
 
 impl Failures {
@@ -33,11 +40,29 @@ impl Failures {
     pub fn failed(&self, namespace: &str, name: &str) -> u32 {
         match self.map.lock() {
             Ok(mut m) => {
-                let n = m.entry(object_key(namespace, name)).or_insert(0);
-                *n = n.saturating_add(1);
-                *n
+                let e = m.entry(object_key(namespace, name)).or_default();
+                e.count = e.count.saturating_add(1);
+                e.count
             }
             Err(_) => 1,
+        }
+    }
+
+    /// Whether a failure of `cause` is news for this run of failures: true
+    /// the first time, false while the same cause repeats. So a transient
+    /// error retried ten times is one `ReconcileFailed` Event, not ten; a
+    /// success ends the run, and the same cause later is news again.
+    pub fn is_news(&self, namespace: &str, name: &str, cause: &str) -> bool {
+        match self.map.lock() {
+            Ok(mut m) => {
+                let e = m.entry(object_key(namespace, name)).or_default();
+                if e.announced.as_deref() == Some(cause) {
+                    return false;
+                }
+                e.announced = Some(cause.to_string());
+                true
+            }
+            Err(_) => true,
         }
     }
 
@@ -80,6 +105,21 @@ mod tests {
         assert_eq!(
             delay(f.failed("ns", "m"), false),
             Duration::from_millis(100)
+        );
+    }
+
+    #[test]
+    fn a_cause_repeated_is_announced_once_per_run_of_failures() {
+        let f = Failures::default();
+        assert!(f.is_news("ns", "m", "applying Deployment: conflict"));
+        f.failed("ns", "m");
+        assert!(!f.is_news("ns", "m", "applying Deployment: conflict"));
+        assert!(f.is_news("ns", "m", "applying Service: forbidden"));
+        assert!(f.is_news("ns", "other", "applying Deployment: conflict"));
+        f.forget("ns", "m");
+        assert!(
+            f.is_news("ns", "m", "applying Service: forbidden"),
+            "after a success, news again"
         );
     }
 

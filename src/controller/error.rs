@@ -62,6 +62,20 @@ impl Error {
         }
     }
 
+    /// What failed, without the details that change from one retry to the
+    /// next: what was being done and the kind of error. One cause is one
+    /// `ReconcileFailed` Event, however often it is retried.
+    pub fn cause(&self) -> String {
+        match self {
+            Self::Kube { action, .. } => format!("{action}: {}", self.kind()),
+            Self::Finalizer(inner) => match inner.as_ref() {
+                finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e.cause(),
+                other => format!("finalizer: {other}"),
+            },
+            other => other.to_string(),
+        }
+    }
+
     /// True when retrying cannot help until someone changes something (the
     /// spec, RBAC, an admission policy): worth a status condition. Conflicts,
     /// throttling, server errors and network trouble are retried quietly.

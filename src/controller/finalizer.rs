@@ -15,7 +15,7 @@
 //! right after the patch still sees the old cached object, and patching again
 //! would fail its `test` and be retried for nothing.
 
-use kube::api::{Patch, PatchParams};
+use kube::api::Patch;
 use kube::runtime::finalizer;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
@@ -94,7 +94,7 @@ pub async fn add(ctx: &Context, ms: &ModelService, patch: json_patch::Patch) -> 
     let patched = api
         .patch(
             &ms.name_any(),
-            &PatchParams::default(),
+            &super::apply::patch_params(),
             &Patch::Json::<()>(patch),
         )
         .await

@@ -51,7 +51,7 @@ pub async fn handle(bad: &InvalidObject, ctx: &Context) -> Result<Action, Error>
             let patch =
                 json!({"metadata": {"finalizers": rest, "resourceVersion": meta.resource_version}});
             match api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(&name, &super::apply::patch_params(), &Patch::Merge(&patch))
                 .await
             {
                 Ok(_) => {}

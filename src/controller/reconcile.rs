@@ -57,13 +57,20 @@ pub async fn reconcile(
     }
     if let (Err(e), Ok(ms)) = (&result, &obj.0) {
         warn!(error = %e, kind = e.kind(), "reconcile failed");
-        ctx.events.publish(
-            &ms.object_ref(&()),
-            EventType::Warning,
-            "ReconcileFailed",
-            "Reconcile",
-            e.to_string(),
+        let news = ctx.failures.is_news(
+            &ms.namespace().unwrap_or_default(),
+            &ms.name_any(),
+            &e.cause(),
         );
+        if news {
+            ctx.events.publish(
+                &ms.object_ref(&()),
+                EventType::Warning,
+                "ReconcileFailed",
+                "Reconcile",
+                e.to_string(),
+            );
+        }
     }
     result
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{ListParams, Patch};
 use kube::{Api, Client};
 use serde_json::json;
 use tracing::{info, warn};
@@ -143,7 +143,11 @@ async fn once(client: &Client, metrics: &Metrics) -> Result<bool, kube::Error> {
             let api: Api<ModelService> = Api::namespaced(client.clone(), &ns);
             async move {
                 match api
-                    .patch_metadata(&name, &PatchParams::default(), &Patch::Merge(json!({})))
+                    .patch_metadata(
+                        &name,
+                        &crate::controller::apply::patch_params(),
+                        &Patch::Merge(json!({})),
+                    )
                     .await
                 {
                     Ok(_) => Ok(()),
@@ -172,8 +176,12 @@ async fn once(client: &Client, metrics: &Metrics) -> Result<bool, kube::Error> {
         {"op": "replace", "path": "/status/storedVersions", "value": [STORAGE_VERSION]},
     ]))
     .map_err(kube::Error::SerdeError)?;
-    crds.patch_status(CRD_NAME, &PatchParams::default(), &Patch::<()>::Json(patch))
-        .await?;
+    crds.patch_status(
+        CRD_NAME,
+        &crate::controller::apply::patch_params(),
+        &Patch::<()>::Json(patch),
+    )
+    .await?;
     metrics.storage_migration(0, true);
     info!(
         rewritten = done.len(),

@@ -13,7 +13,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceConversion, CustomResourceDefinition, ServiceReference, WebhookClientConfig,
     WebhookConversion,
 };
-use kube::api::{Patch, PatchParams};
+use kube::api::Patch;
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use tracing::info;
@@ -116,7 +116,7 @@ pub async fn reconcile(
     match api
         .patch(
             crd_name,
-            &PatchParams::default(),
+            &crate::controller::apply::patch_params(),
             &Patch::Merge(&patch(&wanted)),
         )
         .await

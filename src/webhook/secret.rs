@@ -16,7 +16,6 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::PostParams;
 use kube::{Api, Client};
 use time::OffsetDateTime;
 use tracing::{debug, info};
@@ -102,14 +101,18 @@ pub(crate) async fn ensure_at(
         };
         let written = match current {
             None => {
-                api.create(&PostParams::default(), &new_secret(name, &next))
-                    .await
+                api.create(
+                    &crate::controller::apply::post_params(),
+                    &new_secret(name, &next),
+                )
+                .await
             }
             Some(mut secret) => {
                 // resourceVersion stays as read: a concurrent writer makes this a 409.
                 let data = secret.data.get_or_insert_with(BTreeMap::new);
                 data.extend(next.data());
-                api.replace(name, &PostParams::default(), &secret).await
+                api.replace(name, &crate::controller::apply::post_params(), &secret)
+                    .await
             }
         };
         match written {
