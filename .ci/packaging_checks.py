@@ -258,9 +258,13 @@ def template_default() -> str:
             "Service",
             "Service",
             "PodDisruptionBudget",
+            "NetworkPolicy",  # on by default: the webhook is a trust boundary
         ]
     )
     expect(kinds == expected, f"kinds {kinds} != {expected}")
+    np = one(objs, "NetworkPolicy")
+    ingress_ports = [p["port"] for r in np["spec"]["ingress"] for p in r.get("ports", [])]
+    expect(ingress_ports == ["metrics", "webhook"], f"default NetworkPolicy ingress ports: {ingress_ports}")
     dep = one(objs, "Deployment")
     check_deployment(dep, watch_ns=None)
     expect(dep["spec"]["replicas"] == 2, "default replicas must be 2")

@@ -614,25 +614,30 @@ async fn a_reconcile_handed_a_copy_from_before_the_rollback_does_not_announce_it
     let w = world(true).await;
     crash_looping_canary(&w, "echo").await;
     let w = w.synced().await;
-    let before_rollback = w.get("echo").await;
-    w.reconcile(before_rollback.clone()).await;
-    assert_eq!(
-        condition(&w.get("echo").await, "CanaryHealthy"),
-        Some(("False".into(), "CrashLooping".into()))
-    );
-    w.ctx.written_status.forget("ModelService/ml/echo");
-    w.reconcile(before_rollback).await;
-    let rollbacks = events_of(&w, "echo")
-        .await
-        .into_iter()
-        .filter(|e| e.1 == "CanaryRolledBack")
-        .count();
+    let rollbacks = announced_after_a_late_echo(&w, "echo", "CanaryRolledBack").await;
     assert_eq!(rollbacks, 1, "one rollback, one Event");
     assert_eq!(
         condition(&w.get("echo").await, "CanaryHealthy"),
         Some(("False".into(), "CrashLooping".into())),
         "the status still says so"
     );
+}
+
+/// Reconciles `name` twice with the copy it has now, forgetting our status
+/// write in between (as a cache that caught up mid-reconcile, or a restart,
+/// did): how many Events with `reason` were sent.
+async fn announced_after_a_late_echo(w: &World, name: &str, reason: &str) -> usize {
+    let before = w.get(name).await;
+    w.reconcile(before.clone()).await;
+    w.ctx
+        .written_status
+        .forget(&format!("ModelService/{NS}/{name}"));
+    w.reconcile(before).await;
+    events_of(w, name)
+        .await
+        .into_iter()
+        .filter(|e| e.1 == reason)
+        .count()
 }
 
 /// The same for a Degraded cause: an operator that restarted and is handed
@@ -642,16 +647,10 @@ async fn a_restarted_operator_handed_an_old_copy_does_not_announce_a_gpu_shortag
     let w = world(true).await;
     waiting_for_gpus(&w, "gpus").await;
     let w = w.synced().await;
-    let before = w.get("gpus").await;
-    w.reconcile(before.clone()).await;
-    w.ctx.written_status.forget("ModelService/ml/gpus");
-    w.reconcile(before).await;
-    let warnings: Vec<_> = events_of(&w, "gpus")
-        .await
-        .into_iter()
-        .filter(|e| e.1 == "InsufficientGPU")
-        .collect();
-    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(
+        announced_after_a_late_echo(&w, "gpus", "InsufficientGPU").await,
+        1
+    );
 }
 
 /// A transient error retried is one Event per cause, not one per retry

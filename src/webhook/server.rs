@@ -1,11 +1,21 @@
 //! The HTTPS server: `POST /convert` (the API server's conversion calls) and
-//! `GET /healthz`, on axum behind a TLS listener.
+//! `GET /healthz`, axum routes served by hyper behind a TLS listener.
 //!
-//! axum's own `serve` does the HTTP part (keep-alive, graceful shutdown);
-//! TLS is an [`axum::serve::Listener`] that hands over connections whose
-//! handshake is done, so no extra server crate is needed. Handshakes run in
-//! their own tasks, with a timeout, so a slow or silent client never holds up
-//! the API server's next connection.
+//! The webhook shares its process with the controller, so a client that
+//! could make it run out of memory or tasks would take the controller down
+//! too. Only the API server has a reason to call it (the chart's
+//! NetworkPolicy admits nothing else), but every cost a caller can impose is
+//! bounded here anyway, each by one limit below:
+//! - the body ([`MAX_BODY`]), refused with 413 before it is read past the limit;
+//! - connections ([`MAX_CONNECTIONS`]): one more is closed at once, so the
+//!   accept loop never waits and a flood cannot queue the API server behind it;
+//! - the TLS handshake ([`HANDSHAKE_TIMEOUT`]), in its own task;
+//! - the request headers and the idle time between requests on a kept-alive
+//!   connection ([`HEADER_TIMEOUT`]: hyper starts it when it waits for a
+//!   request head, so a slowloris client and an idle one are both closed);
+//! - the whole request, body included ([`REQUEST_TIMEOUT`]);
+//! - conversions at once ([`MAX_CONVERSIONS`]): they are CPU work, kept off
+//!   the threads that serve connections.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -14,39 +24,89 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
-use tokio_rustls::server::TlsStream;
 use tracing::{debug, info, warn};
 
 use super::tls::{ServingCert, server_config};
 use super::{Convert, WebhookError, review};
 
-/// The API server sends a list's objects in one review, so the body can be
-/// far larger than one object (the API server's own limit is 3 MiB per
-/// object); axum's 2 MiB default would fail lists of a few hundred.
-pub const MAX_BODY: usize = 64 * 1024 * 1024;
+/// The largest review body accepted. Measured on the real API server
+/// (1.32), it sends one object per review, even when it converts a list:
+/// a listing of 200 ModelServices in v1alpha1 made 200 reviews of 2 to
+/// 3.8 KiB each (BENCHMARKS.md, "What the API server sends the webhook").
+/// The largest object it accepts at all is its 3 MiB request limit, so
+/// 8 MiB holds any single object with room, or about 2,000 typical ones
+/// should some path batch them, and bounds what one request may make the
+/// webhook hold (the body, then its JSON tree a few times its size).
+pub const MAX_BODY: usize = 8 * 1024 * 1024;
+/// Connections at once, handshakes included. The API server keeps a few.
+pub const MAX_CONNECTIONS: usize = 512;
 /// A client that has not finished its TLS handshake by then is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Handshakes in flight at once; more wait for a slot.
-const MAX_HANDSHAKES: usize = 128;
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time to send a request's headers, and the most a kept-alive connection
+/// may sit idle before its next request.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time for a whole request, body and conversion included: the API server
+/// gives up on a conversion webhook after 30 s.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Conversions running at once; more wait (within [`REQUEST_TIMEOUT`]).
+pub const MAX_CONVERSIONS: usize = 2;
+/// How long a stopping server waits for open requests.
+const DRAIN: Duration = Duration::from_secs(10);
 
 /// The webhook's routes, without TLS, so tests can call them in-process.
 pub fn router(convert: Convert) -> Router {
+    let conversions = Arc::new(Semaphore::new(MAX_CONVERSIONS));
     Router::new()
         .route("/convert", post(convert_handler))
         .route("/healthz", get(|| async { "ok" }))
         .layer(DefaultBodyLimit::max(MAX_BODY))
-        .with_state(convert)
+        .layer(middleware::from_fn(deadline))
+        .with_state((convert, conversions))
 }
 
-async fn convert_handler(State(convert): State<Convert>, body: Bytes) -> Response {
+/// Ends a request that takes longer than [`REQUEST_TIMEOUT`] (a body sent
+/// a byte at a time, say) with 408, and refuses one whose announced length
+/// is over [`MAX_BODY`] before reading any of it (the body limit alone
+/// would read up to the limit first). A body without a length is cut at
+/// the limit while it is read.
+async fn deadline(request: Request, next: Next) -> Response {
+    let announced = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if announced.is_some_and(|n| n > MAX_BODY as u64) {
+        return (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("a review may be at most {MAX_BODY} bytes"),
+        )
+            .into_response();
+    }
+    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => (StatusCode::REQUEST_TIMEOUT, "request took too long").into_response(),
+    }
+}
+
+async fn convert_handler(
+    State((convert, conversions)): State<(Convert, Arc<Semaphore>)>,
+    body: Bytes,
+) -> Response {
+    let Ok(_turn) = conversions.acquire_owned().await else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "stopping").into_response();
+    };
+    debug!(bytes = body.len(), "conversion review");
     // Parsing and converting a long list is CPU work: keep it off the
     // threads that serve the API server's other connections.
     match tokio::task::spawn_blocking(move || review::handle(&body, convert)).await {
@@ -67,7 +127,8 @@ pub struct Server {
 }
 
 /// Serves the webhook on `listener` with the certificate `cert` holds at
-/// each handshake, until `shutdown` resolves (then open requests finish).
+/// each handshake, until `shutdown` resolves (then open requests finish,
+/// for at most a few seconds).
 pub fn serve(
     listener: TcpListener,
     cert: Arc<ServingCert>,
@@ -76,69 +137,42 @@ pub fn serve(
 ) -> Result<Server, WebhookError> {
     let addr = listener.local_addr().map_err(WebhookError::Io)?;
     let acceptor = TlsAcceptor::from(server_config(cert).map_err(WebhookError::Tls)?);
-    let listener = TlsListener::new(listener, acceptor, addr);
     info!(%addr, "serving the conversion webhook (HTTPS, /convert)");
     let task = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, router(convert))
-            .with_graceful_shutdown(shutdown)
+        let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let (stopping, stop) = watch::channel(false);
+        let connections = Connections {
+            tls: acceptor,
+            routes: router(convert),
+            stop,
+        };
+        tokio::select! {
+            () = accept_loop(listener, connections, slots.clone()) => {}
+            () = shutdown => {}
+        }
+        // The listener is dropped with the accept loop: the port is free.
+        let _ = stopping.send(true);
+        let all = u32::try_from(MAX_CONNECTIONS).unwrap_or(u32::MAX);
+        if tokio::time::timeout(DRAIN, slots.acquire_many(all))
             .await
+            .is_err()
         {
-            warn!(error = %e, "conversion webhook server failed");
+            warn!("conversion webhook: open connections did not finish in time");
         }
         info!("conversion webhook server stopped");
     });
     Ok(Server { addr, task })
 }
 
-/// TCP connections in, finished TLS connections out (see the module doc).
-struct TlsListener {
-    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    addr: SocketAddr,
-    acceptor: JoinHandle<()>,
-}
-
-impl TlsListener {
-    fn new(tcp: TcpListener, tls: TlsAcceptor, addr: SocketAddr) -> TlsListener {
-        let (tx, ready) = mpsc::channel(MAX_HANDSHAKES);
-        let acceptor = tokio::spawn(accept_loop(tcp, tls, tx));
-        TlsListener {
-            ready,
-            addr,
-            acceptor,
-        }
-    }
-}
-
-impl Drop for TlsListener {
-    fn drop(&mut self) {
-        // Stops accepting (and frees the port) when the server stops.
-        self.acceptor.abort();
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.ready.recv().await {
-            Some(conn) => conn,
-            // The accept loop only ends when this listener is dropped.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.addr)
-    }
-}
-
-async fn accept_loop(
-    tcp: TcpListener,
+/// What serving one connection needs.
+#[derive(Clone)]
+struct Connections {
     tls: TlsAcceptor,
-    ready: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
-) {
-    let slots = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+    routes: Router,
+    stop: watch::Receiver<bool>,
+}
+
+async fn accept_loop(tcp: TcpListener, connections: Connections, slots: Arc<Semaphore>) {
     loop {
         let (stream, peer) = match tcp.accept().await {
             Ok(conn) => conn,
@@ -149,20 +183,45 @@ async fn accept_loop(
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            debug!(%peer, "webhook: too many connections; closing this one");
+            continue;
         };
-        let (tls, ready) = (tls.clone(), ready.clone());
-        tokio::spawn(async move {
-            let _slot = slot;
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
-                Ok(Ok(conn)) => {
-                    let _ = ready.send((conn, peer)).await;
-                }
-                Ok(Err(e)) => debug!(%peer, error = %e, "webhook: TLS handshake failed"),
-                Err(_) => debug!(%peer, "webhook: TLS handshake timed out"),
+        tokio::spawn(connections.clone().serve(stream, peer, slot));
+    }
+}
+
+/// Resolves once the server is stopping.
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stopping| *stopping).await;
+}
+
+impl Connections {
+    /// Handshakes and serves one connection, holding its `slot` throughout.
+    async fn serve(mut self, stream: TcpStream, peer: SocketAddr, slot: OwnedSemaphorePermit) {
+        let _slot = slot;
+        let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, self.tls.accept(stream)).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => return debug!(%peer, error = %e, "webhook: TLS handshake failed"),
+            Err(_) => return debug!(%peer, "webhook: TLS handshake timed out"),
+        };
+        let service = TowerToHyperService::new(self.routes);
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(HEADER_TIMEOUT)
+            .max_buf_size(64 * 1024);
+        let conn = http.serve_connection(TokioIo::new(tls), service);
+        tokio::pin!(conn);
+        let result = tokio::select! {
+            r = conn.as_mut() => r,
+            () = stopped(&mut self.stop) => {
+                conn.as_mut().graceful_shutdown();
+                conn.await
             }
-        });
+        };
+        if let Err(e) = result {
+            debug!(%peer, error = %e, "webhook: connection ended");
+        }
     }
 }
 

@@ -128,16 +128,17 @@ async fn the_kept_fields_annotation_neither_breaks_the_schema_nor_overrides_v1al
             "spec": {"model": "Qwen/Qwen2.5-0.5B-Instruct", "image": "good.example.com/x:1", "gpus": 0}}))
         .expect("object")
     };
-    let refused = alpha
-        .create(
-            &PostParams::default(),
-            &forged(
-                "forged",
-                r#"{"runtime":{"image":"evil.example.com/x:1"},"rollout":{"canary":{"replicas":5000}}}"#,
-            ),
-        )
-        .await
-        .expect_err("a canary of 5000 replicas is refused");
+    let create = async |name: &str, kept: &str| {
+        alpha
+            .create(&PostParams::default(), &forged(name, kept))
+            .await
+    };
+    let refused = create(
+        "forged",
+        r#"{"runtime":{"image":"evil.example.com/x:1"},"rollout":{"canary":{"replicas":5000}}}"#,
+    )
+    .await
+    .expect_err("a canary of 5000 replicas is refused");
     assert!(
         refused.to_string().contains("spec.rollout.canary.replicas"),
         "{refused}"
@@ -150,17 +151,12 @@ async fn the_kept_fields_annotation_neither_breaks_the_schema_nor_overrides_v1al
             .is_none(),
         "nothing stored"
     );
-
-    alpha
-        .create(
-            &PostParams::default(),
-            &forged(
-                "swapped",
-                r#"{"runtime":{"image":"evil.example.com/x:1"},"rollout":{"canary":{"replicas":2}}}"#,
-            ),
-        )
-        .await
-        .expect("within the schema, created");
+    create(
+        "swapped",
+        r#"{"runtime":{"image":"evil.example.com/x:1"},"rollout":{"canary":{"replicas":2}}}"#,
+    )
+    .await
+    .expect("within the schema, created");
     let d = wait_for("the Deployment", CONVERGE, || async {
         env.api::<Deployment>()
             .get_opt("swapped")
