@@ -314,6 +314,22 @@ fn bad_v1beta1_documents_are_rejected_naming_the_field() {
         ("spec.runtime.image", "image", json!("")),
         ("spec.runtime.preset", "preset", json!("triton")),
         ("spec.rollout.strategy", "strategy", json!("BlueGreen")),
+        // Bounded specs (issue 24): every string and list has a size.
+        ("spec.runtime.image", "image", json!("r/".repeat(600))),
+        ("spec.model.name", "name", json!("m".repeat(513))),
+        ("spec.runtime.args", "args", json!(vec!["--x"; 257])),
+        ("spec.runtime.args", "args", json!(["a".repeat(16_385)])),
+        (
+            "spec.runtime.env",
+            "env",
+            json!(vec![json!({"name": "A"}); 129]),
+        ),
+        (
+            "spec.scheduling.tolerations",
+            "tolerations",
+            json!(vec![json!({}); 65]),
+        ),
+        ("spec.autoscaling.metric", "metric", json!("m".repeat(257))),
     ];
     for (path, field, value) in cases {
         let mut doc = minimal();

@@ -8,6 +8,7 @@
 //! reconciles, so its types are re-exported here; [`v1alpha1`] is deprecated
 //! and reaches the operator only through `core::convert`.
 
+pub mod bounds;
 mod crd;
 mod defaults;
 pub mod gateway;

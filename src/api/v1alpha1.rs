@@ -89,23 +89,26 @@ use super::defaults::{
 #[serde(rename_all = "camelCase")]
 pub struct ModelServiceSpec {
     /// The model to serve, as the serving runtime names it (for example a Hugging Face repository id such as meta-llama/Llama-3.1-8B-Instruct). Passed to the container as --model and MODEL_NAME.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = crate::api::bounds::MODEL_NAME))]
     pub model: String,
 
     /// An optional revision of the model (a date, tag or commit). Shown as the modelservice.dev/model-version label on the pods; changing it rolls the pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = crate::api::bounds::VERSION))]
     pub model_version: Option<String>,
 
     /// The container image of the serving runtime, for example vllm/vllm-openai:v0.8.5.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = crate::api::bounds::IMAGE))]
     pub image: String,
 
     /// Extra arguments for the serving runtime, appended after the operator's own (--model, --port).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = crate::api::bounds::ARGS), inner(length(max = crate::api::bounds::ARG)))]
     pub args: Vec<String>,
 
     /// Environment variables for the server container, in the core/v1 EnvVar shape.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = crate::api::bounds::ENV))]
     pub env: Vec<EnvVar>,
 
     /// Number of serving pods when autoscaling is not set. Ignored while autoscaling is set: the HorizontalPodAutoscaler then owns the replica count.
@@ -125,7 +128,7 @@ pub struct ModelServiceSpec {
 
     /// The extended resource name that GPUs are requested under, for example nvidia.com/gpu or amd.com/gpu.
     #[serde(default = "default_gpu_resource")]
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = crate::api::bounds::RESOURCE_NAME))]
     pub gpu_resource: String,
 
     /// CPU and memory requests for each replica. Memory is also set as the limit, so a model that outgrows it is restarted rather than starving its node.
@@ -138,6 +141,7 @@ pub struct ModelServiceSpec {
 
     /// Tolerations for the pods, in the core/v1 Toleration shape (GPU nodes are often tainted).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = crate::api::bounds::TOLERATIONS))]
     pub tolerations: Vec<Toleration>,
 
     /// How a new spec replaces running pods. RollingUpdate replaces one pod at a time without surge pods (a surge pod needs GPUs that are usually not free); Recreate stops all pods first.
@@ -179,6 +183,6 @@ pub struct Autoscaling {
     pub target_queue_length: i32,
     /// The per-pod metric (served by a custom metrics adapter such as prometheus-adapter) that measures the queue.
     #[serde(default = "default_metric")]
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = crate::api::bounds::METRIC))]
     pub metric: String,
 }

@@ -129,11 +129,12 @@ pub struct ModelServiceSpec {
 #[serde(rename_all = "camelCase")]
 pub struct Model {
     /// The model to serve, as the serving runtime names it (for example a Hugging Face repository id such as meta-llama/Llama-3.1-8B-Instruct). The preset passes it to the server (for vllm as --model), and presets set it as MODEL_NAME.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = crate::api::bounds::MODEL_NAME))]
     pub name: String,
 
     /// An optional revision of the model (a date, tag or commit). Shown as the modelservice.dev/model-version label on the pods; changing it rolls the pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = crate::api::bounds::VERSION))]
     pub version: Option<String>,
 }
 
@@ -142,7 +143,7 @@ pub struct Model {
 #[serde(rename_all = "camelCase")]
 pub struct Runtime {
     /// The container image of the serving runtime, for example vllm/vllm-openai:v0.8.5.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = crate::api::bounds::IMAGE))]
     pub image: String,
 
     /// How model.name and runtime.port reach the server. vllm: --model NAME --port PORT; sglang: --model-path NAME --port PORT; tgi: --model-id NAME --port PORT; none: no arguments. Each preset also sets the env vars MODEL_NAME and PORT. When omitted, the vllm arguments are passed without those env vars, exactly as v1alpha1 does, so that objects written in v1alpha1 keep their pods unchanged.
@@ -151,10 +152,12 @@ pub struct Runtime {
 
     /// Extra arguments for the serving runtime, appended after the preset's own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = crate::api::bounds::ARGS), inner(length(max = crate::api::bounds::ARG)))]
     pub args: Vec<String>,
 
     /// Environment variables for the server container, in the core/v1 EnvVar shape. They come after the preset's MODEL_NAME and PORT, and may not repeat those names.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = crate::api::bounds::ENV))]
     pub env: Vec<EnvVar>,
 
     /// The TCP port the serving runtime listens on; also the Service port.
@@ -188,7 +191,7 @@ pub struct Resources {
 
     /// The extended resource name that GPUs are requested under, for example nvidia.com/gpu or amd.com/gpu.
     #[serde(default = "default_gpu_resource")]
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = crate::api::bounds::RESOURCE_NAME))]
     pub gpu_resource: String,
 
     /// CPU request, for example "4" or "500m".
@@ -221,6 +224,7 @@ pub struct Scheduling {
 
     /// Tolerations for the pods, in the core/v1 Toleration shape (GPU nodes are often tainted).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = crate::api::bounds::TOLERATIONS))]
     pub tolerations: Vec<Toleration>,
 }
 
@@ -283,6 +287,7 @@ pub struct Canary {
 pub struct CanaryModel {
     /// The revision the canary serves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = crate::api::bounds::VERSION))]
     pub version: Option<String>,
 }
 
@@ -292,13 +297,15 @@ pub struct CanaryModel {
 pub struct CanaryRuntime {
     /// The canary's image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = crate::api::bounds::IMAGE))]
     pub image: Option<String>,
     /// The canary's extra arguments, replacing runtime.args.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = crate::api::bounds::ARGS), inner(length(max = crate::api::bounds::ARG)))]
     pub args: Option<Vec<String>>,
     /// The canary's environment, replacing runtime.env.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = crate::api::bounds::ENV))]
     pub env: Option<Vec<EnvVar>>,
 }
 
@@ -311,7 +318,7 @@ pub struct Route {
     pub parent_refs: Vec<ParentReference>,
     /// Host names the route answers for; none means every host of the Gateway.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 16))]
+    #[schemars(length(max = 16), inner(length(max = crate::api::bounds::DNS_NAME)))]
     pub hostnames: Vec<String>,
     /// The path prefix routed to the model. Default /.
     #[serde(default = "default_route_path")]
@@ -328,9 +335,11 @@ pub struct ParentReference {
     pub name: String,
     /// Its namespace; default the ModelService's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = crate::api::bounds::DNS_LABEL))]
     pub namespace: Option<String>,
     /// The listener's name on that Gateway.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = crate::api::bounds::DNS_NAME))]
     pub section_name: Option<String>,
     /// The listener's port on that Gateway.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -338,9 +347,11 @@ pub struct ParentReference {
     pub port: Option<i32>,
     /// The parent's API group; default gateway.networking.k8s.io.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = crate::api::bounds::DNS_NAME))]
     pub group: Option<String>,
     /// The parent's kind; default Gateway.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = crate::api::bounds::DNS_LABEL))]
     pub kind: Option<String>,
 }
 
@@ -376,7 +387,7 @@ pub struct Autoscaling {
     pub target_queue_length: i32,
     /// The per-pod metric that measures the queue. HPA: served by a custom metrics adapter such as prometheus-adapter. KEDA: a Prometheus metric, summed over this ModelService's pods.
     #[serde(default = "default_metric")]
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = crate::api::bounds::METRIC))]
     pub metric: String,
     /// KEDA only: the Prometheus server the trigger queries. Default: the operator's --prometheus-address (chart value keda.prometheusAddress).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -412,7 +423,7 @@ pub enum Engine {
 #[serde(rename_all = "camelCase")]
 pub struct PrometheusSource {
     /// The Prometheus server's URL, for example http://prometheus.monitoring:9090.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = crate::api::bounds::URL))]
     pub address: String,
 }
 
