@@ -4,9 +4,8 @@
 //! asks for one replica per `targetQueueLength` waiting requests, as the HPA
 //! engine does, so switching engines keeps the scaling rule. The pods are
 //! matched by the `namespace` and `pod` labels Prometheus puts on scraped
-//! series; the pod pattern is the Deployment's pod names (`<name>-<hash>-<id>`),
-//! which no other ModelService's pods match (a `<name>-canary` Deployment's
-//! pods have one dash-separated part more).
+//! series, with the pattern of the stable Deployment's pod names (see
+//! [`pod_pattern`]).
 
 use std::collections::BTreeMap;
 
@@ -62,20 +61,70 @@ pub fn build(v: &ValidSpec, owner: Option<&OwnerReference>) -> Option<ScaledObje
     ))
 }
 
-/// The PromQL that sums `metric` over the pods of ModelService `name`.
-/// `metric` is a metric name (the schema keeps it non-empty); a name with
-/// characters PromQL does not allow in a bare name (vLLM's colons are
-/// allowed) is quoted into the selector instead.
+/// The PromQL that sums `metric` over the pods of ModelService `name`'s
+/// stable Deployment (see [`pod_pattern`]). `metric` is a metric name (the
+/// schema keeps it non-empty); a name with characters PromQL does not allow
+/// in a bare name (vLLM's colons are allowed) is quoted into the selector
+/// instead.
 pub fn query(metric: &str, namespace: &str, name: &str) -> String {
     let selector = format!(
-        "namespace=\"{}\",pod=~\"{}-[a-z0-9]+-[a-z0-9]+\"",
+        "namespace=\"{}\",pod=~\"{}\"",
         escape(namespace),
-        escape(name)
+        escape(&pod_pattern(name))
     );
     if is_bare_metric_name(metric) {
         format!("sum({metric}{{{selector}}})")
     } else {
         format!("sum({{__name__=\"{}\",{selector}}})", escape(metric))
+    }
+}
+
+/// The longest `generateName` prefix the API server keeps: it adds 5
+/// random characters to at most 58 (63 in all).
+const GENERATED_PREFIX: usize = 58;
+/// The random suffix of a generated name.
+const RANDOM: usize = 5;
+/// A ReplicaSet's pod-template-hash: a 32-bit hash, 1 to 10 characters.
+const HASH: usize = 10;
+
+/// The names of the pods of Deployment `deployment`, as a PromQL (RE2)
+/// pattern, which Prometheus anchors at both ends.
+///
+/// The ReplicaSet controller names a pod `generateName` + 5 random
+/// characters, with `generateName` = `<deployment>-<hash>-` cut to 58
+/// characters. So for a name up to 46 characters the pod is
+/// `<name>-<hash>-<5>`, and a longer name loses the end of its hash, its
+/// last dash, or (from 58 characters) the end of the name itself: a pattern
+/// that ignored the cut matched no pod, and KEDA read 0 for such a model
+/// for ever. For names up to 46 characters the pattern matches no other
+/// Deployment's pods (a `<name>-canary` or `<name>-x` Deployment's pods have
+/// a dash where it wants the hash or the random part). Beyond that the cut
+/// pod names carry too little to tell every other Deployment apart (see
+/// docs/autoscaling.md).
+pub fn pod_pattern(deployment: &str) -> String {
+    let n = deployment.len();
+    let tail = format!("[a-z0-9]{{{RANDOM}}}");
+    if n >= GENERATED_PREFIX {
+        let kept = deployment.get(..GENERATED_PREFIX).unwrap_or(deployment);
+        return format!("{kept}{tail}");
+    }
+    // Room for the hash before the cut, with and without the last dash.
+    let whole = (GENERATED_PREFIX - n).saturating_sub(2).min(HASH);
+    let cut = GENERATED_PREFIX - n - 1;
+    let mut shapes = Vec::new();
+    if whole >= 1 {
+        shapes.push(format!("[a-z0-9]{{1,{whole}}}-"));
+    }
+    if cut <= HASH {
+        shapes.push(if cut == 0 {
+            String::new()
+        } else {
+            format!("[a-z0-9]{{{cut}}}")
+        });
+    }
+    match shapes.as_slice() {
+        [one] => format!("{deployment}-{one}{tail}"),
+        _ => format!("{deployment}-(?:{}){tail}", shapes.join("|")),
     }
 }
 
@@ -146,7 +195,7 @@ mod tests {
         assert_eq!(m("serverAddress"), "http://prom:9090");
         assert_eq!(
             m("query"),
-            r#"sum(vllm:num_requests_waiting{namespace="ml",pod=~"llama-[a-z0-9]+-[a-z0-9]+"})"#
+            r#"sum(vllm:num_requests_waiting{namespace="ml",pod=~"llama-[a-z0-9]{1,10}-[a-z0-9]{5}"})"#
         );
         assert_eq!(
             (m("threshold"), m("activationThreshold")),
@@ -173,11 +222,56 @@ mod tests {
         );
     }
 
+    /// What the ReplicaSet controller names a pod of `deployment` whose
+    /// template hash is `hash`, with `random` as the 5 random characters.
+    fn pod_name(deployment: &str, hash: &str, random: &str) -> String {
+        let prefix = format!("{deployment}-{hash}-");
+        format!("{}{random}", &prefix[..prefix.len().min(GENERATED_PREFIX)])
+    }
+
+    fn matches(pattern: &str, pod: &str) -> bool {
+        regex::Regex::new(&format!("^(?:{pattern})$"))
+            .expect("the pattern compiles")
+            .is_match(pod)
+    }
+
+    /// The bug: for a 58-character name the pods are `<first 58><5>`, which
+    /// `<name>-[a-z0-9]+-[a-z0-9]+` never matched, so KEDA read 0.
+    #[test]
+    fn the_pattern_matches_the_pods_of_every_legal_name_length() {
+        for n in 1..=63 {
+            let name: String = "a".repeat(n);
+            let pattern = pod_pattern(&name);
+            for hash in ["5", "7d4b9c", "5d8f7c9b6d", "6b9f8c7d54"] {
+                let pod = pod_name(&name, hash, "x2k9q");
+                assert!(matches(&pattern, &pod), "{n}: {pattern} misses {pod}");
+            }
+        }
+    }
+
+    #[test]
+    fn up_to_46_characters_the_canary_and_other_models_are_told_apart() {
+        for n in 1..=46 {
+            let name: String = "b".repeat(n);
+            let pattern = pod_pattern(&name);
+            for other in [
+                format!("{name}-canary"),
+                format!("{name}-x"),
+                format!("{name}x"),
+            ] {
+                for hash in ["5", "7d4b9c", "5d8f7c9b6d"] {
+                    let pod = pod_name(&other, hash, "x2k9q");
+                    assert!(!matches(&pattern, &pod), "{n}: {pattern} matches {pod}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_metric_that_is_not_a_bare_name_is_quoted() {
         assert_eq!(
             query("queue depth", "ns", "m"),
-            r#"sum({__name__="queue depth",namespace="ns",pod=~"m-[a-z0-9]+-[a-z0-9]+"})"#
+            r#"sum({__name__="queue depth",namespace="ns",pod=~"m-[a-z0-9]{1,10}-[a-z0-9]{5}"})"#
         );
     }
 }

@@ -270,3 +270,68 @@ async fn keda_replaces_the_hpa_scales_to_zero_and_hands_back_without_a_fight() {
     .await;
     env.finish().await;
 }
+
+/// KEDA's query finds a ModelService's pods by name (issue 24): the pods
+/// the ReplicaSet controller really names, for short and long names (the
+/// API server cuts a pod's prefix to 58 characters), match their own
+/// ModelService's pattern and no other's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_query_finds_the_pods_of_short_and_long_names() {
+    use k8s_openapi::api::core::v1::Pod;
+    use modelservice_operator::core::keda::pod_pattern;
+    let env = Env::new().await;
+    let _op = env.operator().start();
+    // Lengths around every cut: none, the hash cut, the dash cut, the name cut.
+    let names: Vec<String> = [
+        (5, 'a'),
+        (46, 'b'),
+        (47, 'c'),
+        (56, 'd'),
+        (57, 'e'),
+        (58, 'f'),
+        (63, 'g'),
+    ]
+    .iter()
+    .map(|(n, c)| format!("k{}", c.to_string().repeat(n - 1)))
+    .collect();
+    for name in &names {
+        env.apply_ms_v1beta1(name, keda_spec(1, Value::Null)).await;
+    }
+    let pods_of = async |name: &str| {
+        let lp =
+            kube::api::ListParams::default().labels(&format!("app.kubernetes.io/instance={name}"));
+        env.api::<Pod>()
+            .list(&lp)
+            .await
+            .map(|l| {
+                l.items
+                    .into_iter()
+                    .filter_map(|p| p.metadata.name)
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    let matches = |pattern: &str, pod: &str| {
+        regex::Regex::new(&format!("^(?:{pattern})$"))
+            .expect("the pattern compiles")
+            .is_match(pod)
+    };
+    for name in &names {
+        let pods = wait_for("the pods", CONVERGE, || async {
+            let p = pods_of(name).await;
+            (!p.is_empty()).then_some(p)
+        })
+        .await;
+        for pod in &pods {
+            for other in &names {
+                assert_eq!(
+                    matches(&pod_pattern(other), pod),
+                    other == name,
+                    "pod {pod} of {name} against the pattern of {other}: {}",
+                    pod_pattern(other)
+                );
+            }
+        }
+    }
+    env.finish().await;
+}

@@ -366,11 +366,10 @@ async fn step(client: &Client, shape: &ClusterShape) -> Result<(), kube::Error> 
         }
         let current_count = current.len();
         let mut created: Vec<Pod> = Vec::new();
-        for i in 0..create {
-            let pod_name = format!(
-                "{name}-{hash}-{}",
-                unique_suffix(&all_pods, &name, &hash, current_count + i)
-            );
+        for _ in 0..create {
+            // Named as the ReplicaSet controller names them: the API server
+            // cuts the prefix to 58 characters and adds 5 random ones.
+            let generate_name = format!("{name}-{hash}-");
             let mut labels = d
                 .spec
                 .template
@@ -381,7 +380,7 @@ async fn step(client: &Client, shape: &ClusterShape) -> Result<(), kube::Error> 
             labels.insert("pod-template-hash".into(), hash.clone());
             let pod: Pod = serde_json::from_value(json!({
                 "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": pod_name, "namespace": ns, "labels": labels,
+                "metadata": {"generateName": generate_name, "namespace": ns, "labels": labels,
                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": name,
                         "uid": d.metadata.uid, "controller": true, "blockOwnerDeletion": true}]},
                 "spec": d.spec.template.spec,
@@ -480,16 +479,6 @@ async fn step(client: &Client, shape: &ClusterShape) -> Result<(), kube::Error> 
         }
     }
     Ok(())
-}
-
-/// The lowest pod index at or above `from` that no pod of this template has:
-/// old and new pods live side by side during a rollout.
-fn unique_suffix(all: &[Pod], name: &str, hash: &str, from: usize) -> usize {
-    let taken = |i: usize| {
-        let n = format!("{name}-{hash}-{i}");
-        all.iter().any(|p| p.name_any() == n)
-    };
-    (from..).find(|i| !taken(*i)).unwrap_or(from)
 }
 
 fn deployments_ns(client: &Client, ns: &str) -> Api<Deployment> {

@@ -12,6 +12,8 @@ use crate::status::{ApiError, FieldError};
 use crate::store::{NamespacePhase, ObjKey, Store};
 use crate::validate::validate_create;
 
+/// The longest `generateName` prefix the API server keeps (63 - 5).
+const MAX_GENERATED_PREFIX: usize = 58;
 /// How ownership of a new object is recorded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ownership {
@@ -90,6 +92,9 @@ pub fn prepare(store: &Store, ctx: &Ctx, mut obj: Value) -> Result<(ObjKey, Valu
                 )],
             ));
         }
+        // As the real server: at most 58 characters of the prefix, so that
+        // with the 5 random ones the name fits 63.
+        let generate: String = generate.chars().take(MAX_GENERATED_PREFIX).collect();
         let state = store.resources.get(&info.key());
         name = loop {
             let candidate = format!("{generate}{}", meta::random_suffix());

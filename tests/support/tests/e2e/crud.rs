@@ -198,6 +198,15 @@ async fn generate_name_and_missing_name() {
     assert!(na.starts_with("gen-") && na.len() == 9, "{na}");
     assert_ne!(na, nb);
 
+    // A long prefix is cut to 58 characters, so that the name fits 63: a
+    // ReplicaSet of a long Deployment names its pods this way.
+    let long = format!("{}-7d4b9c5f86-", "a".repeat(57));
+    o.metadata.generate_name = Some(long.clone());
+    let cut = api.create(&PostParams::default(), &o).await.unwrap();
+    let name = cut.metadata.name.unwrap_or_default();
+    assert_eq!(name.len(), 63, "{name}");
+    assert!(name.starts_with(&long[..58]), "{name}");
+
     o.metadata.generate_name = None;
     let s = status_of(api.create(&PostParams::default(), &o).await);
     assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
