@@ -138,7 +138,7 @@ async fn keda_replaces_the_hpa_scales_to_zero_and_hands_back_without_a_fight() {
     assert_eq!(
         trigger["metadata"]["query"],
         format!(
-            "sum(vllm:num_requests_waiting{{namespace=\"{}\",pod=~\"{name}-[a-z0-9]+-[a-z0-9]+\"}})",
+            "sum(vllm:num_requests_waiting{{namespace=\"{}\",pod=~\"{name}-[a-z0-9]{{1,10}}-[a-z0-9]{{5}}\"}})",
             env.namespace
         )
     );
