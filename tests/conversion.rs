@@ -301,6 +301,30 @@ fn object(api_version: &str, spec: Value, metadata: Value, status: Option<Value>
     o
 }
 
+/// The problems the v1alpha1 schema (and its CEL rules) finds in `obj`:
+/// a conversion to v1alpha1 is a read, never refused, so its result must
+/// hold by construction.
+fn v1alpha1_schema_errors(obj: &Value) -> Vec<String> {
+    static SCHEMA: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    let schema = SCHEMA.get_or_init(|| {
+        let crd = serde_json::to_value(api::crd().expect("versions merge")).expect("CRD");
+        crd["spec"]["versions"]
+            .as_array()
+            .and_then(|vs| vs.iter().find(|v| v["name"] == "v1alpha1"))
+            .map(|v| v["schema"]["openAPIV3Schema"].clone())
+            .expect("a v1alpha1 schema")
+    });
+    let mut errors: Vec<String> = jsonschema::validator_for(schema)
+        .expect("the schema compiles")
+        .iter_errors(obj)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    if let Err(cel) = kube::core::cel::Validator::new().validate(schema, obj, None) {
+        errors.extend(cel.into_vec().into_iter().map(|e| e.to_string()));
+    }
+    errors
+}
+
 fn convert(v: Value, to: &str) -> Value {
     convert_object(v, to).expect("a valid object converts")
 }
@@ -330,6 +354,7 @@ proptest! {
         let alpha = convert(beta.clone(), V1ALPHA1);
         let typed: v1alpha1::ModelService = serde_json::from_value(alpha.clone()).expect("a v1alpha1 object");
         prop_assert_eq!(&typed.spec.image, &spec.runtime.image);
+        prop_assert_eq!(v1alpha1_schema_errors(&alpha), Vec::<String>::new(), "the result validates against the v1alpha1 schema");
         // Surge Never is what v1alpha1 means; unset (the default, Auto)
         // is kept, as null.
         let beta_only = spec.runtime.preset.is_some()
