@@ -94,6 +94,8 @@ async fn run_command(args: RunArgs) -> Result<(), String> {
             first_report_wait: args.first_report_wait,
             concurrency: args.concurrency,
             discovery_interval: args.discovery_interval,
+            surge_grace: args.surge_grace,
+            surge_read_window: args.surge_read_window,
             defaults: OperatorDefaults {
                 prometheus_address: args.prometheus_address.clone(),
             },

@@ -127,11 +127,11 @@ impl Metrics {
         let surge_decisions = IntCounterVec::new(
             Opts::new(
                 "modelservice_surge_decisions_total",
-                "Rollout starts with surge Auto decided from the cluster's nodes and pods (one read serves the rollouts that start within 5 s of it), by the decision taken: surge or replace.",
+                "Rollouts with surge Auto by decision: surge or replace when the rollout starts (decided from the cluster's nodes and pods; one read serves the rollouts that start within --surge-read-window of it), refuted when a surge's pod waited for GPUs past --surge-grace and the rollout switched to replace.",
             ),
             &["decision"],
         )?;
-        for label in ["surge", "replace"] {
+        for label in ["surge", "replace", "refuted"] {
             surge_decisions.with_label_values(&[label]);
         }
         // Both series exist from the start, so "0 not ready" is a reading.
@@ -207,9 +207,9 @@ impl Metrics {
         self.migration_done.set(i64::from(complete));
     }
 
-    /// A rollout start read the cluster and decided (see `core::surge`).
-    pub fn surge_decision(&self, surge: bool) {
-        let label = if surge { "surge" } else { "replace" };
+    /// A rollout start decided `surge` or `replace` (see `core::surge`), or
+    /// the scheduler `refuted` a surge in force (see `core::refutation`).
+    pub fn surge_decision(&self, label: &'static str) {
         self.surge_decisions.with_label_values(&[label]).inc();
     }
 

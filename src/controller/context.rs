@@ -31,6 +31,12 @@ pub struct ControllerConfig {
     pub concurrency: u16,
     /// How often optional APIs are looked for again (see `runtime::discovery`).
     pub discovery_interval: Duration,
+    /// How long a surge pod may wait for GPUs before the rollout replaces
+    /// (see `core::refutation`).
+    pub surge_grace: Duration,
+    /// How long one read of the cluster serves surge decisions (see
+    /// `controller::surge`).
+    pub surge_read_window: Duration,
     /// What the operator's flags add to every spec.
     pub defaults: crate::core::OperatorDefaults,
 }
@@ -44,6 +50,8 @@ impl Default for ControllerConfig {
             first_report_wait: Duration::ZERO,
             concurrency: 16,
             discovery_interval: Duration::from_secs(30),
+            surge_grace: Duration::from_secs(10),
+            surge_read_window: Duration::from_secs(5),
             defaults: Default::default(),
         }
     }

@@ -131,6 +131,7 @@ struct MetaWire {
     namespace: Option<String>,
     resource_version: Option<String>,
     uid: Option<String>,
+    creation_timestamp: Option<Time>,
     deletion_timestamp: Option<Time>,
     #[serde(default)]
     labels: BTreeMap<String, String>,
@@ -188,6 +189,7 @@ impl<'de> Deserialize<'de> for PodView {
             namespace: w.metadata.namespace,
             resource_version: w.metadata.resource_version,
             uid: w.metadata.uid,
+            creation_timestamp: w.metadata.creation_timestamp,
             deletion_timestamp: w.metadata.deletion_timestamp,
             labels: (!labels.is_empty()).then_some(labels),
             ..ObjectMeta::default()

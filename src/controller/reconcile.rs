@@ -2,7 +2,7 @@
 //! kube-runtime's finalizer helper.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -128,6 +128,8 @@ struct Acted {
     unavailable: Vec<String>,
     /// A permanent apply error: reported first, then returned for the backoff.
     failure: Option<Error>,
+    /// When a closed loop (a surge judged by the scheduler) must look again.
+    recheck: Option<Duration>,
 }
 
 impl Acted {
@@ -156,6 +158,7 @@ impl Acted {
             blocked: Some(problem),
             unavailable: Vec::new(),
             failure,
+            recheck: None,
         }
     }
 }
@@ -179,6 +182,9 @@ async fn apply_spec(ms: &ModelService, ctx: &Context) -> Result<Action, Error> {
     };
     if let report::Reported::Paced(wait) | report::Reported::Conflicted(wait) = reported {
         next = next.min(wait);
+    }
+    if let Some(recheck) = acted.recheck {
+        next = next.min(recheck);
     }
     Ok(Action::requeue(next))
 }
@@ -209,7 +215,7 @@ async fn validate_build_apply(
     };
     let prior = super::tracks::prior(ctx, &valid).await?;
     let mut plan = plan(&valid, Some(&owner), &prior);
-    let decision = surge::settle(ctx, &valid, &mut plan.children.deployment).await;
+    let settled = surge::settle(ctx, &valid, &mut plan.children.deployment).await;
     // The spec was reported rolled out before: a write now is a repair.
     let repair = report::effective_status(ctx, ms)
         .status
@@ -217,7 +223,8 @@ async fn validate_build_apply(
         == ms.metadata.generation;
     match apply::apply_children(ctx, &ms.object_ref(&()), &uid, &plan.children, repair).await {
         Ok(applied) => Ok(Acted {
-            deployment: Some(surge::remembered(ctx, decision, applied.deployment)),
+            deployment: Some(surge::remembered(ctx, settled.decision, applied.deployment)),
+            recheck: settled.recheck,
             scaled_object: applied.scaled_object,
             canary: applied.canary,
             route: applied.route,

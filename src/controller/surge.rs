@@ -8,15 +8,23 @@
 //! pod template that really changes on an existing Deployment reads the
 //! cluster: one node list and one pod list, paged, nothing watched, so a
 //! settled operator pays nothing for this feature. Rollouts that start
-//! within [`SHARED_FOR`] of one read share it, each surge reserving its GPUs
-//! in it: a change that rolls out a thousand models reads the cluster a few
-//! times, not a thousand times (each read is of every pod in the cluster).
+//! within `--surge-read-window` of one read share it, each surge reserving
+//! its GPUs in it: a change that rolls out a thousand models reads the
+//! cluster a few times, not a thousand times (each read is of every pod in
+//! the cluster).
+//!
+//! The decision is a prediction, and the scheduler is the truth: while a
+//! surge is in force, our pods are judged against it (`core::refutation`,
+//! from the pod cache, no request). A pod the scheduler cannot place for
+//! lack of GPUs ends the shared read at once, so no later rollout decides
+//! from it, and past the grace period switches its template to replace.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
 
 use super::pod_usage::UsagePod;
 use kube::api::ListParams;
@@ -27,13 +35,15 @@ use tracing::info;
 
 use super::Context;
 use super::lean::LeanDeployment;
-use super::observe::cached;
+use super::observe::{Track, cached, pods};
 use super::recent::{self, Recent};
 use crate::api::{RolloutStrategy, Surge};
 use crate::core::ValidSpec;
 use crate::core::fingerprint;
+use crate::core::refutation::{self, Verdict};
 use crate::core::subset::is_subset;
 use crate::core::surge::{self, Decision, Demand, Plan, Seen};
+use crate::core::tracks::CANARY;
 
 /// Pods that hold their resources: a finished pod's are free again.
 pub const ACTIVE_PODS: &str = "status.phase!=Succeeded,status.phase!=Failed";
@@ -41,11 +51,6 @@ pub const ACTIVE_PODS: &str = "status.phase!=Succeeded,status.phase!=Failed";
 /// Items per list page: a large cluster's pods are read a page at a time and
 /// reduced to per-node sums, never held all at once.
 const PAGE: u32 = 500;
-
-/// How long one read of the cluster serves the decisions that follow it.
-/// Longer saves reads in a mass rollout; shorter misses fewer GPUs freed or
-/// taken by others meanwhile (our own surges are reserved in it).
-pub const SHARED_FOR: Duration = Duration::from_secs(5);
 
 /// What this process remembers for its surge decisions (in `Context`).
 #[derive(Default)]
@@ -63,11 +68,38 @@ impl Memory {
     pub fn forget(&self, namespace: &str, name: &str) {
         self.recent.forget(&key(namespace, name));
     }
+
+    /// A pod of ours has waited for `resource` since `since`: a shared read
+    /// of that resource made before then counted GPUs the scheduler does
+    /// not have, so no further decision is taken from it.
+    async fn stale_since(&self, resource: &str, since: Timestamp) {
+        let mut shared = self.read.lock().await;
+        if shared
+            .as_ref()
+            .is_some_and(|r| r.resource == resource && outdated(r.wall, since))
+        {
+            info!(
+                resource,
+                "a pod waits for GPUs the last read counted as free; the next rollout reads again"
+            );
+            *shared = None;
+        }
+    }
+}
+
+/// Whether a read made at `read` is older than a wait that began at
+/// `since`. The scheduler writes whole seconds: a wait within the read's
+/// own second counts as after it.
+fn outdated(read: Timestamp, since: Timestamp) -> bool {
+    since.as_second() >= read.as_second()
 }
 
 /// One read of the cluster, for one GPU resource.
 struct Read {
     at: Instant,
+    /// When it was made, as the scheduler's clock would write it: a pod that
+    /// started waiting for GPUs after it proves it stale.
+    wall: Timestamp,
     resource: String,
     nodes: Vec<Node>,
     /// Milli-units of the resource requested per node, with our surges
@@ -75,15 +107,26 @@ struct Read {
     used: BTreeMap<String, i128>,
 }
 
+/// What [`settle`] leaves for the rest of the reconcile.
+#[derive(Debug, Default)]
+pub struct Settled {
+    /// The decision the desired Deployment carries, if any.
+    pub decision: Option<Decision>,
+    /// When to judge the surge again: a pod waits for GPUs, and its grace
+    /// period ends then.
+    pub recheck: Option<Duration>,
+}
+
 /// Stamps the desired Deployment with its surge decision, taking one when a
-/// rollout starts; `None` (the Deployment as built) when there is no
-/// decision to carry: surge Never, Recreate, a new Deployment or an
-/// unchanged template. Never fails: a cluster that cannot be read means
-/// replace, and the message says why.
-pub async fn settle(ctx: &Context, v: &ValidSpec, desired: &mut Deployment) -> Option<Decision> {
+/// rollout starts, and judges a surge in force against what the scheduler
+/// says of our pods. No decision (the Deployment as built) when there is
+/// none to carry: surge Never, Recreate, a new Deployment or an unchanged
+/// template. Never fails: a cluster that cannot be read means replace, and
+/// the message says why.
+pub async fn settle(ctx: &Context, v: &ValidSpec, desired: &mut Deployment) -> Settled {
     let rollout = &v.spec.rollout;
     if rollout.strategy != RolloutStrategy::RollingUpdate || rollout.surge() != Surge::Auto {
-        return None;
+        return Settled::default();
     }
     let (ns, name) = (v.namespace.as_str(), v.name.as_str());
     let template = surge::template_hash(desired);
@@ -105,21 +148,68 @@ pub async fn settle(ctx: &Context, v: &ValidSpec, desired: &mut Deployment) -> O
             .as_ref()
             .is_none_or(|c| template_changes(desired, c))
     };
+    let mut recheck = None;
     let decision = match surge::plan(&template, recent.as_ref(), seen, changes) {
-        Plan::Nothing => return None,
-        Plan::Keep(d) => d,
+        Plan::Nothing => return Settled::default(),
+        Plan::Keep(d) => {
+            let (d, after) = judged(ctx, v, d).await;
+            recheck = after;
+            d
+        }
         Plan::Decide => {
-            let d = decide(ctx, &template, &Demand::of(v)).await;
-            ctx.metrics.surge_decision(d.surge);
+            let mut demand = Demand::of(v);
+            if v.spec.autoscaling.is_some() {
+                // The HPA owns the count: the rollout replaces what runs.
+                demand.replicas = current
+                    .as_ref()
+                    .and_then(|c| c.state().replicas)
+                    .unwrap_or(demand.replicas);
+            }
+            let d = decide(ctx, &template, &demand).await;
+            ctx.metrics
+                .surge_decision(if d.surge { "surge" } else { "replace" });
             // No Event of its own: the apply's "Updated Deployment" Event
             // already marks the rollout, and a mass rollout would double the
             // Events (and drop some) to repeat what Progressing says.
-            info!(surge = d.surge, message = %d.message, "rollout starts");
+            info!(surge = d.surge, max_surge = d.pods_surged(), message = %d.message, "rollout starts");
             d
         }
     };
     surge::stamp(desired, &decision);
-    Some(decision)
+    Settled {
+        decision: Some(decision),
+        recheck,
+    }
+}
+
+/// A decision in force, judged against the scheduler's verdict on our pods
+/// (the stable track's: a canary has its own loop); and when to judge it
+/// again, while a pod waits within its grace period.
+async fn judged(ctx: &Context, v: &ValidSpec, d: Decision) -> (Decision, Option<Duration>) {
+    if !d.surge {
+        return (d, None);
+    }
+    let resource = v.spec.resources.gpu_resource.as_str();
+    let ours = pods(ctx, &v.namespace, &v.name, Track::Except(CANARY));
+    match refutation::judge(
+        &d,
+        &ours,
+        resource,
+        Timestamp::now(),
+        ctx.config.surge_grace,
+    ) {
+        Verdict::Holds => (d, None),
+        Verdict::Waiting { since, recheck } => {
+            ctx.surge.stale_since(resource, since).await;
+            (d, Some(recheck))
+        }
+        Verdict::Refuted { since, decision } => {
+            ctx.surge.stale_since(resource, since).await;
+            ctx.metrics.surge_decision("refuted");
+            info!(message = %decision.message, "surge refuted; the rollout replaces");
+            (decision, None)
+        }
+    }
 }
 
 /// Remembers the decision the apply wrote, until the cache shows it (see
@@ -152,7 +242,7 @@ fn key(namespace: &str, name: &str) -> String {
     recent::key("Deployment", namespace, name)
 }
 
-/// Decides from a read of the cluster no older than [`SHARED_FOR`], made
+/// Decides from a read of the cluster no older than the read window, made
 /// now if there is none; a read that fails decides replace (and is not
 /// kept: the next rollout tries again).
 async fn decide(ctx: &Context, template: &str, demand: &Demand<'_>) -> Decision {
@@ -161,9 +251,10 @@ async fn decide(ctx: &Context, template: &str, demand: &Demand<'_>) -> Decision 
         return surge::decide(template, demand, &[], &BTreeMap::new());
     }
     let mut shared = ctx.surge.read.lock().await;
+    let window = ctx.config.surge_read_window;
     let fresh = shared
         .as_ref()
-        .is_some_and(|r| r.resource == demand.resource && r.at.elapsed() < SHARED_FOR);
+        .is_some_and(|r| r.resource == demand.resource && r.at.elapsed() < window);
     if !fresh {
         *shared = None;
         match read(ctx, demand.resource).await {
@@ -180,6 +271,7 @@ async fn decide(ctx: &Context, template: &str, demand: &Demand<'_>) -> Decision 
 /// One node list and one paged pod list, the pods reduced to per-node sums.
 async fn read(ctx: &Context, resource: &str) -> Result<Read, String> {
     let at = Instant::now();
+    let wall = Timestamp::now();
     let mut nodes: Vec<Node> = Vec::new();
     each_page(ctx, ListParams::default(), |page| {
         nodes.extend(page.into_iter().map(surge::slim));
@@ -203,6 +295,7 @@ async fn read(ctx: &Context, resource: &str) -> Result<Read, String> {
     );
     Ok(Read {
         at,
+        wall,
         resource: resource.to_string(),
         nodes,
         used,

@@ -4,7 +4,7 @@
 //! "Insufficient nvidia.com/gpu", an image that cannot be pulled, a server that
 //! crashes while loading. Only the pods of this ModelService are looked at.
 
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition};
 
 use super::reasons;
 
@@ -134,19 +134,35 @@ fn crash_loop_problem(cs: &ContainerStatus) -> Option<Problem> {
     })
 }
 
-fn scheduling_problem(pod: &Pod, gpu: GpuRequest<'_>) -> Option<Problem> {
-    let cond = pod
-        .status
-        .as_ref()?
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
-    if cond.reason.as_deref() != Some("Unschedulable") {
+/// The scheduler's verdict on a pod it could not place: its
+/// `PodScheduled=False, Unschedulable` condition.
+fn unschedulable(pod: &Pod) -> Option<&PodCondition> {
+    pod.status.as_ref()?.conditions.iter().flatten().find(|c| {
+        c.type_ == "PodScheduled"
+            && c.status == "False"
+            && c.reason.as_deref() == Some("Unschedulable")
+    })
+}
+
+/// Whether the scheduler's message names `resource` as what no node has
+/// enough of ("0/4 nodes are available: 3 Insufficient nvidia.com/gpu, ...").
+fn short_of(message: &str, resource: &str) -> bool {
+    message.contains(&format!("Insufficient {resource}"))
+}
+
+/// The scheduler's condition, when `pod` waits because no node has enough
+/// free `resource`: the closed loops of surge and canary act on this alone.
+pub fn waiting_for<'a>(pod: &'a Pod, resource: &str) -> Option<&'a PodCondition> {
+    if pod.metadata.deletion_timestamp.is_some() {
         return None;
     }
+    unschedulable(pod).filter(|c| short_of(c.message.as_deref().unwrap_or_default(), resource))
+}
+
+fn scheduling_problem(pod: &Pod, gpu: GpuRequest<'_>) -> Option<Problem> {
+    let cond = unschedulable(pod)?;
     let scheduler = one_line(cond.message.as_deref().unwrap_or("no node fits the pod"));
-    if gpu.gpus > 0 && scheduler.contains(&format!("Insufficient {}", gpu.resource)) {
+    if gpu.gpus > 0 && short_of(&scheduler, gpu.resource) {
         Some(Problem {
             reason: reasons::INSUFFICIENT_GPU,
             message: format!(
@@ -165,7 +181,7 @@ fn scheduling_problem(pod: &Pod, gpu: GpuRequest<'_>) -> Option<Problem> {
 }
 
 /// Status messages are one line: kubectl prints them in columns.
-fn one_line(s: &str) -> String {
+pub fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 

@@ -19,6 +19,7 @@ pub mod pacing;
 pub mod preset;
 pub mod quantity;
 pub mod reasons;
+pub mod refutation;
 pub mod rollback;
 pub mod rollout;
 pub mod route;

@@ -28,13 +28,15 @@ use super::quantity::milli_units;
 /// Where the decision is kept: on the Deployment's metadata.
 pub const ANNOTATION: &str = "serving.modelservice.dev/rollout-decision";
 
-/// What one more replica needs from a node.
+/// What one more replica needs from a node, and how many replicas roll.
 #[derive(Clone, Copy, Debug)]
 pub struct Demand<'a> {
     pub gpus: i32,
     pub resource: &'a str,
     pub node_selector: &'a BTreeMap<String, String>,
     pub tolerations: &'a [Toleration],
+    /// The replicas the rollout replaces (the HPA's count while it owns it).
+    pub replicas: i32,
 }
 
 impl<'a> Demand<'a> {
@@ -44,7 +46,17 @@ impl<'a> Demand<'a> {
             resource: &v.spec.resources.gpu_resource,
             node_selector: &v.spec.scheduling.node_selector,
             tolerations: &v.spec.scheduling.tolerations,
+            replicas: v.spec.replicas,
         }
+    }
+
+    /// The most pods a rollout surges at once: a quarter of the replicas,
+    /// rounded up, as a Deployment's default maxSurge. More would roll out
+    /// faster, but the free GPUs a read shows are shared by every rollout
+    /// that starts from it, and a one-replica model that finds none left
+    /// must replace, with downtime.
+    pub fn surge_cap(&self) -> i32 {
+        (self.replicas.max(1) + 3) / 4
     }
 }
 
@@ -54,11 +66,49 @@ pub struct Decision {
     /// [`template_hash`] of the pod template it was made for.
     pub template: String,
     pub surge: bool,
+    /// Pods surged at a time while surging: as many replicas as the free
+    /// GPUs hold, up to [`Demand::surge_cap`]. A decision written before
+    /// this field existed surged one.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub max_surge: i32,
     /// Why, for the Progressing condition: "surging: node N has K free ...".
     pub message: String,
 }
 
+fn one() -> i32 {
+    1
+}
+
+fn is_one(n: &i32) -> bool {
+    *n == 1
+}
+
 impl Decision {
+    /// Replace: one old pod goes first and frees its GPUs.
+    pub fn replace(template: &str, message: String) -> Self {
+        Self {
+            template: template.into(),
+            surge: false,
+            max_surge: 1,
+            message,
+        }
+    }
+
+    /// Surge `max_surge` pods at a time; none unavailable.
+    pub fn surge(template: &str, max_surge: i32, message: String) -> Self {
+        Self {
+            template: template.into(),
+            surge: true,
+            max_surge: max_surge.max(1),
+            message,
+        }
+    }
+
+    /// maxSurge as the Deployment gets it: 0 when replacing.
+    pub fn pods_surged(&self) -> i32 {
+        if self.surge { self.max_surge.max(1) } else { 0 }
+    }
+
     /// The annotation's value.
     pub fn encode(&self) -> String {
         // A struct of strings and a bool always serializes.
@@ -130,11 +180,15 @@ pub fn plan(
     }
 }
 
-/// The rolling update a decision implies: surge one pod and keep every old
-/// one until it is ready (no downtime, even at one replica), or take one
-/// old pod down first to free its GPUs.
-pub fn strategy(surge: bool) -> DeploymentStrategy {
-    let (max_surge, max_unavailable) = if surge { (1, 0) } else { (0, 1) };
+/// The rolling update a decision implies: surge `max_surge` pods and keep
+/// every old one until its replacement is ready (no downtime, even at one
+/// replica), or, at 0, take one old pod down first to free its GPUs.
+pub fn strategy(max_surge: i32) -> DeploymentStrategy {
+    let (max_surge, max_unavailable) = if max_surge > 0 {
+        (max_surge, 0)
+    } else {
+        (0, 1)
+    };
     DeploymentStrategy {
         type_: Some("RollingUpdate".into()),
         rolling_update: Some(RollingUpdateDeployment {
@@ -146,7 +200,7 @@ pub fn strategy(surge: bool) -> DeploymentStrategy {
 
 /// Puts `decision` on the desired Deployment: its strategy and the annotation.
 pub fn stamp(d: &mut Deployment, decision: &Decision) {
-    d.spec.strategy = Some(strategy(decision.surge));
+    d.spec.strategy = Some(strategy(decision.pods_surged()));
     d.metadata
         .annotations
         .get_or_insert_with(BTreeMap::new)
@@ -174,30 +228,29 @@ pub fn decide_and_reserve(
     nodes: &[Node],
     used: &mut BTreeMap<String, i128>,
 ) -> Decision {
-    let (decision, node) = choose(template, demand, nodes, used);
-    if let Some(node) = node {
-        *used.entry(node).or_insert(0) += i128::from(demand.gpus.max(0)) * 1000;
+    let (decision, placed) = choose(template, demand, nodes, used);
+    let need = i128::from(demand.gpus.max(0)) * 1000;
+    for node in placed {
+        *used.entry(node).or_insert(0) += need;
     }
     decision
 }
 
-/// The decision, and the node the surge pod would go to.
+/// The decision, and the node of each surge pod.
 fn choose(
     template: &str,
     demand: &Demand<'_>,
     nodes: &[Node],
     used: &BTreeMap<String, i128>,
-) -> (Decision, Option<String>) {
+) -> (Decision, Vec<String>) {
     let resource = demand.resource;
     if demand.gpus <= 0 {
-        let decision = Decision {
-            template: template.into(),
-            surge: true,
-            message: format!(
-                "surging: the pods request no {resource}, so a surge pod needs none free"
-            ),
-        };
-        return (decision, None);
+        let decision = Decision::surge(
+            template,
+            demand.surge_cap(),
+            format!("surging: the pods request no {resource}, so a surge pod needs none free"),
+        );
+        return (decision, Vec::new());
     }
     let need = i128::from(demand.gpus) * 1000;
     let mut candidates: Vec<(&str, i128)> = nodes
@@ -211,17 +264,29 @@ fn choose(
         .collect();
     // Most free first, then by name: the same cluster gives the same message.
     candidates.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let placed = place(&candidates, need, demand.surge_cap());
     match candidates.first() {
         Some((name, free)) if *free >= need => {
-            let decision = Decision {
-                template: template.into(),
-                surge: true,
-                message: format!(
+            let message = if placed.len() == 1 {
+                format!(
                     "surging: node {name} has {} free {resource}",
                     free.div_euclid(1000)
-                ),
+                )
+            } else {
+                let on: Vec<String> = candidates
+                    .iter()
+                    .filter(|(n, _)| placed.iter().any(|p| p == n))
+                    .map(|(n, f)| format!("{n} ({})", f.div_euclid(1000)))
+                    .collect();
+                format!(
+                    "surging {} pods at a time, a quarter of {} replicas at most: nodes {} have free {resource}",
+                    placed.len(),
+                    demand.replicas,
+                    on.join(", ")
+                )
             };
-            (decision, Some(name.to_string()))
+            let decision = Decision::surge(template, placed.len() as i32, message);
+            (decision, placed)
         }
         best => {
             let detail = match best {
@@ -236,30 +301,42 @@ fn choose(
                     (*free).max(0).div_euclid(1000)
                 ),
             };
-            let decision = Decision {
-                template: template.into(),
-                surge: false,
-                message: format!(
+            let decision = Decision::replace(
+                template,
+                format!(
                     "replacing: no schedulable node that matches the pods' nodeSelector and tolerations has {} free {resource} ({detail})",
                     demand.gpus
                 ),
-            };
-            (decision, None)
+            );
+            (decision, Vec::new())
         }
     }
+}
+
+/// Where up to `cap` surge pods of `need` each go, filling the node with
+/// the most free first, as the candidates are sorted: one node per pod.
+fn place(candidates: &[(&str, i128)], need: i128, cap: i32) -> Vec<String> {
+    let mut placed = Vec::new();
+    for (name, free) in candidates {
+        let mut left = *free;
+        while left >= need && (placed.len() as i32) < cap {
+            placed.push(name.to_string());
+            left -= need;
+        }
+    }
+    placed
 }
 
 /// The decision when the cluster could not be read (`why`): replacing
 /// always makes progress, so that is the safe side.
 pub fn unreadable(template: &str, demand: &Demand<'_>, why: &str) -> Decision {
-    Decision {
-        template: template.into(),
-        surge: false,
-        message: format!(
+    Decision::replace(
+        template,
+        format!(
             "replacing: the free {} could not be read ({why}); surging needs list on nodes and pods at the cluster scope",
             demand.resource
         ),
-    }
+    )
 }
 
 /// Adds what `pods` request of `resource` to `used`, per node. Pods not
@@ -456,6 +533,7 @@ mod tests {
 
     struct Spec {
         gpus: i32,
+        replicas: i32,
         selector: BTreeMap<String, String>,
         tolerations: Vec<Toleration>,
     }
@@ -464,6 +542,7 @@ mod tests {
         fn new(gpus: i32) -> Self {
             Self {
                 gpus,
+                replicas: 1,
                 selector: BTreeMap::new(),
                 tolerations: Vec::new(),
             }
@@ -474,10 +553,14 @@ mod tests {
                 resource: GPU,
                 node_selector: &self.selector,
                 tolerations: &self.tolerations,
+                replicas: self.replicas,
             }
         }
         fn decide(&self, nodes: &[Node], pods: &[Pod]) -> Decision {
-            decide("t1", &self.demand(), nodes, &used(pods))
+            self.decide_with(nodes, &used(pods))
+        }
+        fn decide_with(&self, nodes: &[Node], used: &BTreeMap<String, i128>) -> Decision {
+            decide("t1", &self.demand(), nodes, used)
         }
     }
 
@@ -701,6 +784,64 @@ mod tests {
     }
 
     #[test]
+    fn a_partly_free_cluster_surges_what_fits_and_never_more() {
+        // The worked example of docs/rollouts.md: 4 replicas of 1 GPU, one
+        // GPU free in the whole cluster.
+        let nodes = [node("gpu-1", "2"), node("gpu-2", "2"), node("gpu-3", "1")];
+        let pods = [
+            pod("a", "gpu-1", "2"),
+            pod("b", "gpu-2", "1"),
+            pod("c", "gpu-3", "1"),
+        ];
+        let mut s = Spec::new(1);
+        s.replicas = 4;
+        let d = s.decide(&nodes, &pods);
+        assert_eq!((d.surge, d.pods_surged()), (true, 1), "{}", d.message);
+        assert_eq!(d.message, "surging: node gpu-2 has 1 free nvidia.com/gpu");
+        // Eight replicas and three free GPUs: two at a time, the cap.
+        let nodes = [node("gpu-1", "2"), node("gpu-2", "2")];
+        let pods = [pod("a", "gpu-2", "1")];
+        s.replicas = 8;
+        let d = s.decide(&nodes, &pods);
+        assert_eq!(d.pods_surged(), 2, "{}", d.message);
+        assert_eq!(
+            d.message,
+            "surging 2 pods at a time, a quarter of 8 replicas at most: nodes gpu-1 (2) have free nvidia.com/gpu"
+        );
+        // Twelve replicas (cap 3): three fit, one of them on the second node;
+        // what is reserved in a shared read is exactly what they take.
+        s.replicas = 12;
+        let mut left = used(&pods);
+        let d = decide_and_reserve("t1", &s.demand(), &nodes, &mut left);
+        assert_eq!(d.pods_surged(), 3, "{}", d.message);
+        assert_eq!(
+            (left.get("gpu-1"), left.get("gpu-2")),
+            (Some(&2000), Some(&2000))
+        );
+        assert!(!s.decide_with(&nodes, &left).surge, "nothing left to surge");
+        // A 2-GPU replica fits only where two are free on one node.
+        let mut big = Spec::new(2);
+        big.replicas = 8;
+        let d = big.decide(&nodes, &[pod("a", "gpu-2", "1")]);
+        assert_eq!(d.pods_surged(), 1, "{}", d.message);
+    }
+
+    #[test]
+    fn a_decision_written_before_max_surge_surges_one() {
+        let old = r#"{"template":"t1","surge":true,"message":"surging: node a has 2 free nvidia.com/gpu"}"#;
+        let d = Decision::decode(old).expect("an older decision still reads");
+        assert_eq!(d.pods_surged(), 1);
+        assert_eq!(d.encode(), old, "and writes back the same");
+        let mut dep = Deployment::default();
+        stamp(&mut dep, &Decision::surge("t1", 3, "m".into()));
+        let ru = dep.spec.strategy.and_then(|s| s.rolling_update);
+        assert_eq!(
+            ru.map(|r| (r.max_surge, r.max_unavailable)),
+            Some((Some(IntOrString::Int(3)), Some(IntOrString::Int(0))))
+        );
+    }
+
+    #[test]
     fn a_slim_node_decides_the_same() {
         let mut big = tainted("gpu-1", taint("k", None, "NoSchedule"));
         if let Some(s) = big.status.as_mut() {
@@ -753,11 +894,7 @@ mod tests {
 
     #[test]
     fn the_plan_reuses_a_decision_for_the_same_template_and_reads_only_when_a_rollout_starts() {
-        let d = |t: &str| Decision {
-            template: t.into(),
-            surge: true,
-            message: "m".into(),
-        };
+        let d = |t: &str| Decision::surge(t, 1, "m".into());
         let seen = |decision: Option<Decision>| Seen {
             exists: true,
             decision,
@@ -786,11 +923,7 @@ mod tests {
     fn stamping_sets_the_strategy_and_the_annotation_but_never_the_pod_template() {
         let mut dep = Deployment::default();
         let before = template_hash(&dep);
-        let d = Decision {
-            template: before.clone(),
-            surge: true,
-            message: "surging".into(),
-        };
+        let d = Decision::surge(&before, 1, "surging".into());
         stamp(&mut dep, &d);
         assert_eq!(template_hash(&dep), before);
         let ru = dep
@@ -810,7 +943,7 @@ mod tests {
             .and_then(|a| a.get(ANNOTATION));
         assert_eq!(text.and_then(|t| Decision::decode(t)), Some(d));
         assert_eq!(
-            strategy(false)
+            strategy(0)
                 .rolling_update
                 .map(|r| (r.max_surge, r.max_unavailable)),
             Some((Some(IntOrString::Int(0)), Some(IntOrString::Int(1))))

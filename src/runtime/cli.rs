@@ -93,6 +93,14 @@ pub struct RunArgs {
     #[arg(long, env = "DISCOVERY_INTERVAL", default_value = "30s", value_parser = parse_positive_duration)]
     pub discovery_interval: Duration,
 
+    /// How long a surging rollout's new pod may wait for GPUs (the scheduler's Unschedulable, naming the GPU resource) before the rollout switches to replace (e.g. 10s). Also how long a canary may wait before it gives way to the stable track's rollout.
+    #[arg(long, env = "SURGE_GRACE", default_value = "10s", value_parser = parse_duration)]
+    pub surge_grace: Duration,
+
+    /// How long one read of the cluster's nodes and pods serves the surge decisions that follow it (e.g. 5s). A pod of ours the scheduler cannot place ends it sooner.
+    #[arg(long, env = "SURGE_READ_WINDOW", default_value = "5s", value_parser = parse_duration)]
+    pub surge_read_window: Duration,
+
     /// How long to wait at startup for the API server and the CRD before giving up (e.g. 2m).
     #[arg(long, env = "STARTUP_TIMEOUT", default_value = "2m", value_parser = parse_positive_duration)]
     pub startup_timeout: Duration,
@@ -326,6 +334,8 @@ mod tests {
         assert_eq!(r.resync_period, Duration::from_secs(300));
         assert_eq!(r.concurrency, 16);
         assert_eq!(r.discovery_interval, Duration::from_secs(30));
+        assert_eq!(r.surge_grace, Duration::from_secs(10));
+        assert_eq!(r.surge_read_window, Duration::from_secs(5));
         assert_eq!(r.prometheus_address, None);
     }
 

@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -97,6 +98,12 @@ async fn free_gpus(env: &Env) -> BTreeMap<String, i64> {
 #[derive(Debug, Default)]
 struct Seen {
     min_ready: Option<i32>,
+    /// The fewest ready pods while the Deployment's strategy surged: its
+    /// own events carry both, so no race between two watches decides it.
+    min_ready_surging: Option<i32>,
+    /// When the Deployment was first seen replacing (maxSurge 0) after it
+    /// surged.
+    replacing_at: Option<std::time::Instant>,
     progressing: Vec<String>,
 }
 
@@ -119,10 +126,23 @@ impl Recorder {
                     let Ok(watcher::Event::Apply(d) | watcher::Event::InitApply(d)) = ev else {
                         continue;
                     };
+                    let strategy = rolling(&d);
                     // The API server leaves a count of 0 out.
                     let ready = d.status.map(|s| s.ready_replicas.unwrap_or(0));
                     if let (Some(ready), Ok(mut s)) = (ready, seen.lock()) {
                         s.min_ready = Some(s.min_ready.map_or(ready, |m| m.min(ready)));
+                        match strategy {
+                            Some((IntOrString::Int(n), _)) if n > 0 => {
+                                s.min_ready_surging =
+                                    Some(s.min_ready_surging.map_or(ready, |m| m.min(ready)));
+                            }
+                            Some(_)
+                                if s.replacing_at.is_none() && s.min_ready_surging.is_some() =>
+                            {
+                                s.replacing_at = Some(std::time::Instant::now());
+                            }
+                            _ => {}
+                        }
                     }
                 }
             })
@@ -296,34 +316,7 @@ async fn with_the_gpus_full_a_rollout_replaces_and_says_so() {
     wait_ready(&env, "full").await;
     rolled_out(&env, "full").await;
 
-    // Every GPU of the node taken, by pods of this test's namespace only:
-    // exactly what is free, so the model's own GPU is the one its new pod
-    // gets once the old pod is gone. Topped up until nothing is free, in
-    // case another test's pod left the node meanwhile.
-    let fillers = env.api::<Deployment>();
-    let mut replicas = 0;
-    loop {
-        let free = free_gpus(&env).await.get(&node).copied().unwrap_or(0);
-        if free <= 0 {
-            break;
-        }
-        replicas += free;
-        let filler = filler(&node, replicas);
-        fillers
-            .patch(
-                "gpu-filler",
-                &PatchParams::apply("e2e-user").force(),
-                &Patch::Apply(&filler),
-            )
-            .await
-            .expect("apply the filler");
-        wait_for("the filler pods to run", CONVERGE, || async {
-            let d = deployment(&env, "gpu-filler").await?;
-            let ready = d.status.and_then(|s| s.ready_replicas).unwrap_or(0);
-            (i64::from(ready) == replicas).then_some(())
-        })
-        .await;
-    }
+    fill(&env, &node).await;
 
     let recorder = Recorder::start(&env, "full").await;
     env.apply_ms_v1beta1("full", model(&node, &["--max-model-len", "4096"]))
@@ -362,7 +355,8 @@ async fn with_the_gpus_full_a_rollout_replaces_and_says_so() {
     .await;
     drop(recorder);
     // The GPUs go back at once, not when the namespace is gone.
-    let _ = fillers
+    let _ = env
+        .api::<Deployment>()
         .delete("gpu-filler", &DeleteParams::background())
         .await;
     let _ = env
@@ -370,6 +364,37 @@ async fn with_the_gpus_full_a_rollout_replaces_and_says_so() {
         .delete("full", &DeleteParams::background())
         .await;
     env.finish().await;
+}
+
+/// Takes every free GPU of `node` with pods of this test's namespace only:
+/// exactly what is free, so the model's own GPU is the one its new pod gets
+/// once the old pod is gone. Topped up until nothing is free, in case
+/// another test's pod left the node meanwhile.
+async fn fill(env: &Env, node: &str) {
+    let fillers = env.api::<Deployment>();
+    let mut replicas = 0;
+    loop {
+        let free = free_gpus(env).await.get(node).copied().unwrap_or(0);
+        if free <= 0 {
+            break;
+        }
+        replicas += free;
+        let filler = filler(node, replicas);
+        fillers
+            .patch(
+                "gpu-filler",
+                &PatchParams::apply("e2e-user").force(),
+                &Patch::Apply(&filler),
+            )
+            .await
+            .expect("apply the filler");
+        wait_for("the filler pods to run", CONVERGE, || async {
+            let d = deployment(env, "gpu-filler").await?;
+            let ready = d.status.and_then(|s| s.ready_replicas).unwrap_or(0);
+            (i64::from(ready) == replicas).then_some(())
+        })
+        .await;
+    }
 }
 
 /// A Deployment of `replicas` pods that each hold one GPU on `node` and do
@@ -383,4 +408,159 @@ fn filler(node: &str, replicas: i64) -> Value {
                 "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
                     "containers": [{"name": "hold", "image": "registry.k8s.io/pause:3.10",
                         "resources": {"limits": {GPU: "1"}}}]}}}})
+}
+
+/// Pauses or resumes the Deployment's rollout the way `kubectl rollout
+/// pause` does: `spec.paused`, a field the operator never sets.
+async fn pause(env: &Env, name: &str, paused: bool) {
+    let patch = json!({"spec": {"paused": paused}});
+    env.api::<Deployment>()
+        .patch(
+            name,
+            &PatchParams {
+                field_manager: Some("kubectl-rollout".into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(&patch),
+        )
+        .await
+        .expect("pause or resume the rollout");
+}
+
+/// A pod of the model that the scheduler cannot place for lack of GPUs.
+async fn waiting_pod(env: &Env, name: &str) -> Option<String> {
+    let pods = env
+        .api::<Pod>()
+        .list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={name}")))
+        .await
+        .ok()?;
+    pods.items.iter().find_map(|p| {
+        let c = p.status.as_ref()?.conditions.as_ref()?;
+        c.iter()
+            .any(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.message
+                        .as_deref()
+                        .is_some_and(|m| m.contains("Insufficient nvidia.com/gpu"))
+            })
+            .then(|| p.name_any())
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_surge_the_scheduler_refutes_switches_to_replace_and_completes() {
+    let test = "a_surge_the_scheduler_refutes_switches_to_replace_and_completes";
+    if !pods_can_serve(test) {
+        return;
+    }
+    let env = Env::new().await;
+    let op = env.operator().start();
+    // A node with a GPU free beside the model's own. The middle one of
+    // those: on a shared real cluster the other scenarios take the first
+    // and the last.
+    let node = wait_for("a node with 2 free GPUs", CONVERGE, || async {
+        let free = free_gpus(&env).await;
+        let roomy: Vec<&String> = free
+            .iter()
+            .filter(|(_, f)| **f >= 2)
+            .map(|(n, _)| n)
+            .collect();
+        roomy.get(roomy.len() / 2).map(|n| (*n).clone())
+    })
+    .await;
+    env.apply_ms_v1beta1("refuted", model(&node, &[])).await;
+    wait_ready(&env, "refuted").await;
+    rolled_out(&env, "refuted").await;
+
+    // The decision is taken with a GPU free; the rollout is paused, so the
+    // surge pod is not made until the GPU is gone: the decision's read is
+    // stale by then, as it is when another workload is faster.
+    pause(&env, "refuted", true).await;
+    let recorder = Recorder::start(&env, "refuted").await;
+    env.apply_ms_v1beta1("refuted", model(&node, &["--max-model-len", "4096"]))
+        .await;
+    let said = recorder.said("surging: node").await;
+    assert!(
+        said.contains(&format!("surging: node {node} has ")),
+        "{said}"
+    );
+    fill(&env, &node).await;
+    pause(&env, "refuted", false).await;
+
+    let pod = wait_for("the surge pod to wait for a GPU", CONVERGE, || async {
+        waiting_pod(&env, "refuted").await
+    })
+    .await;
+    let waiting_since = std::time::Instant::now();
+    // The grace period (10 s by default) plus a few seconds.
+    let refuted = wait_for(
+        "the surge to be refuted",
+        Duration::from_secs(10) + CONVERGE,
+        || async {
+            recorder.with(|s| {
+                s.progressing
+                    .iter()
+                    .find(|m| m.contains("surge refuted by the scheduler"))
+                    .cloned()
+            })
+        },
+    )
+    .await;
+    eprintln!(
+        "refuted {:.1} s after the test saw {pod} wait: {refuted}",
+        waiting_since.elapsed().as_secs_f64()
+    );
+    assert!(
+        refuted.contains(&format!(
+            "surge refuted by the scheduler: pod {pod} waited "
+        )) && refuted.contains("Insufficient nvidia.com/gpu")
+            && refuted.ends_with("; replacing"),
+        "{refuted}"
+    );
+    let d = rolled_out(&env, "refuted").await;
+    if let Some(at) = recorder.with(|s| s.replacing_at) {
+        eprintln!(
+            "the Deployment replaced {:.1} s after the test saw the pod wait",
+            at.duration_since(waiting_since).as_secs_f64()
+        );
+    }
+    assert_eq!(
+        rolling(&d),
+        Some((IntOrString::Int(0), IntOrString::Int(1))),
+        "the same template now replaces"
+    );
+    let decided = decision(&d).expect("the decision on the Deployment");
+    assert!(
+        !decided.surge && refuted.ends_with(&decided.message),
+        "the Deployment carries what Progressing says: {decided:?}"
+    );
+    assert_eq!(
+        recorder.with(|s| s.min_ready_surging),
+        Some(1),
+        "the old pod served while the surge stood: {:?}",
+        recorder.with(|s| s.progressing.clone())
+    );
+    op.await_metric(
+        "modelservice_surge_decisions_total{decision=\"refuted\"}",
+        1.0,
+        CONVERGE,
+    )
+    .await;
+    op.await_metric(
+        "modelservice_surge_decisions_total{decision=\"surge\"}",
+        1.0,
+        CONVERGE,
+    )
+    .await;
+    drop(recorder);
+    let _ = env
+        .api::<Deployment>()
+        .delete("gpu-filler", &DeleteParams::background())
+        .await;
+    let _ = env
+        .api::<ModelService>()
+        .delete("refuted", &DeleteParams::background())
+        .await;
+    env.finish().await;
 }

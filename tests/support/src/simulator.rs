@@ -13,8 +13,11 @@
 //! - scheduling against those nodes: a pod goes to the first node that matches
 //!   its nodeSelector and has its GPUs free; a pod that fits nowhere stays
 //!   Pending with the scheduler's real wording
-//!   (`0/N nodes are available: N Insufficient nvidia.com/gpu.`);
-//! - rollouts as the Deployment controller does them: RollingUpdate creates
+//!   (`0/N nodes are available: N Insufficient nvidia.com/gpu.`) and, as the
+//!   scheduler does, the time of its first failure as the condition's
+//!   `lastTransitionTime`;
+//! - rollouts as the Deployment controller does them, none while the
+//!   Deployment is paused: RollingUpdate creates
 //!   new pods within maxSurge and deletes old ones only while maxUnavailable
 //!   allows (so maxSurge 0 with one replica shows 0 ready pods for a moment,
 //!   and maxSurge 1 never does); Recreate deletes every old pod first;
@@ -334,7 +337,10 @@ async fn step(client: &Client, shape: &ClusterShape) -> Result<(), kube::Error> 
             }
         }
         // How many new pods to create, and how many old ones to remove.
+        // A paused Deployment (`kubectl rollout pause`) rolls nothing out.
+        let paused = d.spec.paused == Some(true) && !old.is_empty();
         let (create, remove) = match rolling(&d, want) {
+            _ if paused => (0, 0),
             None => (
                 if old.is_empty() {
                     want - current.len()
@@ -526,8 +532,22 @@ fn pod_status(
                 "0/{n} nodes are available: {n} node(s) didn't match Pod's node affinity/selector."
             )
         };
+        // The scheduler stamps when the pod first failed, and keeps it.
+        let since = previous
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| {
+                c.iter()
+                    .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+            })
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(|t| t.0)
+            .unwrap_or_else(|| {
+                let now = k8s_openapi::jiff::Timestamp::now();
+                k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now)
+            });
         return json!({"phase": "Pending", "conditions": [
-            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": msg}]});
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": msg,
+             "lastTransitionTime": since.to_string()}]});
     };
     if image_fails(image) {
         // First ErrImagePull, then ImagePullBackOff, as the kubelet reports it.
