@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::{Api, Resource};
+use tracing::warn;
 
 use super::children::{
     self, Cached, Child, DeploymentChild, HpaChild, HttpRouteChild, ScaledObjectChild, ServiceChild,
@@ -203,13 +204,28 @@ async fn apply_wanted<C: Child>(
     let Some(desired) = desired else {
         return Ok(None);
     };
-    if !C::cache(&ctx.stores).available() {
+    let cache = C::cache(&ctx.stores);
+    if !cache.available() {
         unavailable.push(C::Object::kind(&()).into_owned());
         return Ok(None);
     }
-    let (applied, d) = apply_one::<C>(ctx, desired).await?;
-    done.push(d);
-    Ok(Some(applied))
+    match apply_one::<C>(ctx, desired).await {
+        Ok((applied, d)) => {
+            done.push(d);
+            Ok(Some(applied))
+        }
+        // Discovery is a prediction too: an apply answered 404 proves the
+        // kind gone now (its CRD deleted), and status says so in this
+        // reconcile rather than at the next discovery.
+        Err(e) if C::OPTIONAL && e.is_not_found() => {
+            if cache.refute() {
+                warn!(kind = %C::Object::kind(&()), error = %e, "optional API gone: an apply answered 404");
+            }
+            unavailable.push(C::Object::kind(&()).into_owned());
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// One child's entry in the summary Event: what happened, its kind, its name.

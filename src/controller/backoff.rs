@@ -48,6 +48,15 @@ impl Failures {
         }
     }
 
+    /// How many reconciles of this object failed in a row before this one.
+    pub fn in_a_row(&self, namespace: &str, name: &str) -> u32 {
+        self.map
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&object_key(namespace, name)).map(|e| e.count))
+            .unwrap_or(0)
+    }
+
     /// Whether a failure of `cause` is news for this run of failures: true
     /// the first time, false while the same cause repeats. So a transient
     /// error retried ten times is one `ReconcileFailed` Event, not ten; a

@@ -99,6 +99,13 @@ where
         })
     }
 
+    /// The API server answered 404 for this kind (an apply, or the watch):
+    /// its API is gone now, whatever discovery last said. True when that
+    /// is news. Discovery finds it again when it comes back.
+    pub fn refute(&self) -> bool {
+        self.set_available(false)
+    }
+
     /// Follows [`Cache::available`], for the watch that runs only while it holds.
     pub fn availability(&self) -> tokio::sync::watch::Receiver<bool> {
         self.available.subscribe()

@@ -97,6 +97,14 @@ impl Error {
     }
 }
 
+impl Error {
+    /// The API server answered 404: for an apply (which creates what is
+    /// missing), the kind itself is not served.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Self::Kube { source, .. } if is_not_found(source))
+    }
+}
+
 /// True for a 404: in cleanup, "already gone" is success.
 pub fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)

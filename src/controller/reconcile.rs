@@ -108,6 +108,10 @@ async fn reconcile_valid(ms: ModelService, ctx: &Context) -> Result<Action, Erro
     Ok(action)
 }
 
+/// Transient failures in a row before status says so: fewer would flip
+/// status for a single conflict or a moment of apiserver restart.
+const FAILURES_SAID: u32 = 2;
+
 /// What steps 2 to 4 leave for the report.
 struct Acted {
     /// The Deployment as it is now, applied or cached.
@@ -239,6 +243,17 @@ async fn validate_build_apply(
             let p = Problem {
                 reason: reasons::RECONCILE_FAILED,
                 message: e.to_string(),
+            };
+            Ok(Acted::blocked(ctx, ns, name, p, Some(e)))
+        }
+        // A transient error that keeps coming (the third in a row, about a
+        // second of retries) is said in status too, so a model whose
+        // applies fail never reads as healthy. Worded without the count, so
+        // further retries of the same failure write nothing.
+        Err(e) if ctx.failures.in_a_row(ns, name) >= FAILURES_SAID => {
+            let p = Problem {
+                reason: reasons::RECONCILE_FAILED,
+                message: format!("{e}; retrying"),
             };
             Ok(Acted::blocked(ctx, ns, name, p, Some(e)))
         }

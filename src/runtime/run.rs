@@ -134,9 +134,15 @@ impl ForEachWriter for OwnedWatches<'_> {
         let api = api::<Cached<C>>(self.client, self.namespace);
         let metrics = self.metrics.clone();
         self.controller = Some(if C::OPTIONAL {
-            let available = C::cache(self.stores).availability();
+            let cache = C::cache(self.stores).clone();
+            let available = cache.availability();
+            let gone = move || {
+                if cache.refute() {
+                    tracing::warn!(kind = %C::Object::kind(&()), "optional API gone: its watch answered 404");
+                }
+            };
             controller.owns_stream(watches::gated_child_watch(
-                api, available, writer, fresh, metrics,
+                api, available, gone, writer, fresh, metrics,
             ))
         } else {
             controller.owns_stream(watches::child_watch(api, writer, fresh, metrics))

@@ -204,13 +204,28 @@ pub fn pod_watch(
         })
 }
 
+/// Whether a watch failed because its kind is not served (a 404: the CRD
+/// was deleted).
+pub fn is_gone(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(k)
+        | watcher::Error::WatchStartFailed(k)
+        | watcher::Error::WatchFailed(k) => matches!(k, kube::Error::Api(s) if s.code == 404),
+        watcher::Error::WatchError(s) => s.code == 404,
+        watcher::Error::NoResourceVersion => false,
+    }
+}
+
 /// A child watch that runs only while `available` holds: started when the
 /// API appears, dropped when it goes, started again (with a fresh list, so
 /// the cache forgets what vanished meanwhile) when it comes back. Without
 /// the API this costs nothing: no request is made until discovery finds it.
+/// A 404 from the watch itself calls `gone`, which ends the run at once
+/// rather than at the next discovery.
 pub fn gated_child_watch<K>(
     api: Api<K>,
     available: tokio::sync::watch::Receiver<bool>,
+    gone: impl Fn() + Clone + Send + Sync + 'static,
     writer: reflector::store::Writer<K>,
     fresh: Arc<Freshness>,
     metrics: Arc<Metrics>,
@@ -221,20 +236,28 @@ where
     let resource: Arc<str> = K::plural(&()).into();
     let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
     let runs = futures::stream::unfold(available, move |mut available| {
-        let (api, config, resource, metrics) = (
+        let (api, config, resource, metrics, on_gone) = (
             api.clone(),
             config.clone(),
             resource.clone(),
             metrics.clone(),
+            gone.clone(),
         );
         async move {
             // Until the API is served (an error: the sender is gone, stop).
             available.wait_for(|served| *served).await.ok()?;
-            let mut gone = available.clone();
-            let run = reported(watcher::watcher(api, config), resource, metrics)
+            let mut ended = available.clone();
+            let watched = watcher::watcher(api, config).inspect(move |event| {
+                if let Err(e) = event
+                    && is_gone(e)
+                {
+                    on_gone();
+                }
+            });
+            let run = reported(watched, resource, metrics)
                 .backoff(watch_backoff())
                 .take_until(async move {
-                    let _ = gone.wait_for(|served| !*served).await;
+                    let _ = ended.wait_for(|served| !*served).await;
                 });
             Some((run, available))
         }
@@ -256,6 +279,17 @@ mod tests {
 
     fn status(code: u16) -> watcher::Error {
         watcher::Error::WatchError(Box::new(Status::failure("x", "y").with_code(code)))
+    }
+
+    #[test]
+    fn a_404_in_any_phase_of_a_watch_means_the_kind_is_gone() {
+        let api = |code: u16| kube::Error::Api(Box::new(Status::failure("x", "y").with_code(code)));
+        assert!(is_gone(&status(404)));
+        assert!(is_gone(&watcher::Error::InitialListFailed(api(404))));
+        assert!(is_gone(&watcher::Error::WatchStartFailed(api(404))));
+        assert!(!is_gone(&watcher::Error::InitialListFailed(api(403))));
+        assert!(!is_gone(&status(410)));
+        assert!(!is_gone(&watcher::Error::NoResourceVersion));
     }
 
     #[test]

@@ -173,3 +173,50 @@ async fn the_error_backoff_starts_again_after_a_success() {
     .await;
     drop(op);
 }
+
+/// A model whose applies keep failing must not read as healthy: from the
+/// third failure in a row, status says what fails (Degraded
+/// `ReconcileFailed`), and further retries of the same failure write no
+/// status. Fake only: it needs injected failures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn applies_that_keep_failing_are_said_in_status_once() {
+    if !needs_fake("applies_that_keep_failing_are_said_in_status_once") {
+        return;
+    }
+    let env = Env::new().await;
+    let fake = env.fake();
+    // 100 ms doubling: the seventh failure comes about 6 s after the first.
+    fake.fail_next(FailRule {
+        verb: Some(Verb::Patch),
+        resource: Some("deployments".into()),
+        code: 500,
+        times: 8,
+    });
+    let op = env.operator().start();
+    env.apply_ms("failing", spec_with("--a")).await;
+    let ms = wait_ms(
+        &env,
+        "failing",
+        "Degraded ReconcileFailed",
+        CONVERGE,
+        |ms| condition(ms, "Degraded") == Some(("True".into(), "ReconcileFailed".into())),
+    )
+    .await;
+    let said = message(&ms, "Degraded");
+    assert!(
+        said.contains("Deployment") && said.ends_with("; retrying"),
+        "{said}"
+    );
+    assert_eq!(condition(&ms, "Ready").map(|c| c.0), Some("False".into()));
+    let writes = || operator_requests(&env).get(Verb::Patch, "modelservices/status");
+    let then = writes();
+    // Two more retries of the same failure (0.8 s and 1.6 s apart).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let still = wait_ms(&env, "failing", "still failing", CONVERGE, |_| true).await;
+    if condition(&still, "Degraded").map(|c| c.1) == Some("ReconcileFailed".into()) {
+        assert_eq!(writes(), then, "a retry of the same failure wrote status");
+    }
+    // And it recovers by itself.
+    wait_ready(&env, "failing").await;
+    drop(op);
+}

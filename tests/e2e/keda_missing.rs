@@ -71,3 +71,49 @@ async fn without_the_keda_crd_the_status_says_so_and_installing_it_recovers() {
     );
     env.finish().await;
 }
+
+/// Discovery is a prediction too: KEDA's CRD deleted while a ModelService
+/// scales with it. Before, every apply and the watch failed with 404 while
+/// status said `Ready=True Available, Degraded=False`, until the next
+/// discovery (30 s). Now a 404 refutes the discovery at once: with
+/// discovery once in 10 minutes, status must still say so within seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keda_crd_deleted_under_a_model_is_said_at_once_not_at_the_next_discovery() {
+    let env = Env::new().await;
+    env.install_keda_crd().await;
+    let _op = env
+        .operator()
+        .arg("--discovery-interval")
+        .arg("10m")
+        .start();
+    let name = "kedagone";
+    env.apply_ms_v1beta1(name, keda_spec(1, keda(1, 4))).await;
+    wait_for("the ScaledObject", CONVERGE, || scaled_object(&env, name)).await;
+    wait_ms(&env, name, "Degraded=False", CONVERGE, |ms| {
+        condition(ms, "Degraded").map(|c| c.0) == Some("False".into())
+    })
+    .await;
+
+    let removed = std::time::Instant::now();
+    env.remove_keda_crd().await;
+    let ms = wait_ms(
+        &env,
+        name,
+        "Degraded AutoscalerUnavailable",
+        CONVERGE,
+        |ms| condition(ms, "Degraded") == Some(("True".into(), "AutoscalerUnavailable".into())),
+    )
+    .await;
+    eprintln!(
+        "status said AutoscalerUnavailable {:.1} s after the CRD was removed",
+        removed.elapsed().as_secs_f64()
+    );
+    assert!(
+        message(&ms, "Degraded").contains("KEDA"),
+        "{}",
+        message(&ms, "Degraded")
+    );
+    // Put KEDA back for whatever runs next on this cluster.
+    env.install_keda_crd().await;
+    env.finish().await;
+}
