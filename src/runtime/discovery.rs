@@ -77,6 +77,33 @@ pub async fn initial(client: &Client, stores: &Stores) {
     discover(client, stores).await;
 }
 
+/// Yields each time an optional API goes, whoever found it gone (discovery,
+/// or a 404 from an apply or a watch: see `Cache::refute`), so that the
+/// ModelServices that use it say so in status now, not at their next
+/// resync: a CRD deleted under a model otherwise read as healthy.
+pub fn gone(stores: &Stores) -> impl Stream<Item = ()> + Send + use<> {
+    struct Receivers<'a>(Vec<tokio::sync::watch::Receiver<bool>>, &'a Stores);
+    impl ForEachChild for Receivers<'_> {
+        fn visit<C: Child>(&mut self) {
+            if C::OPTIONAL {
+                self.0.push(C::cache(self.1).availability());
+            }
+        }
+    }
+    let mut receivers = Receivers(Vec::new(), stores);
+    each_child(&mut receivers);
+    futures::stream::select_all(receivers.0.into_iter().map(|rx| {
+        Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+            loop {
+                rx.changed().await.ok()?;
+                if !*rx.borrow_and_update() {
+                    return Some(((), rx));
+                }
+            }
+        }))
+    }))
+}
+
 /// Looks again every `interval`; yields each time an API appeared, so that
 /// the ModelServices waiting for it are reconciled.
 pub fn run(client: Client, stores: Stores, interval: Duration) -> impl Stream<Item = ()> + Send {

@@ -283,6 +283,9 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
         cfg.controller.discovery_interval,
     );
 
+    // One that goes: the ModelServices using it say so now.
+    let api_gone = discovery::gone(&ctx.stores);
+
     let mut owned = OwnedWatches {
         controller: Some(Controller::for_stream(ms_stream, ms_store)),
         client: &client,
@@ -306,7 +309,10 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
     let controller = controller
         .trigger_backoff(watches::NoTriggerBackoff)
         .with_config(ControllerRuntimeConfig::default().concurrency(cfg.controller.concurrency))
-        .reconcile_all_on(futures::stream::select(leader_trigger, api_appeared))
+        .reconcile_all_on(futures::stream::select(
+            leader_trigger,
+            futures::stream::select(api_appeared, api_gone),
+        ))
         .graceful_shutdown_on(shutdown.clone().wait())
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|res| async move {

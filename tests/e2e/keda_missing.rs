@@ -81,7 +81,7 @@ async fn without_the_keda_crd_the_status_says_so_and_installing_it_recovers() {
 async fn a_keda_crd_deleted_under_a_model_is_said_at_once_not_at_the_next_discovery() {
     let env = Env::new().await;
     env.install_keda_crd().await;
-    let _op = env
+    let op = env
         .operator()
         .arg("--discovery-interval")
         .arg("10m")
@@ -96,14 +96,19 @@ async fn a_keda_crd_deleted_under_a_model_is_said_at_once_not_at_the_next_discov
 
     let removed = std::time::Instant::now();
     env.remove_keda_crd().await;
-    let ms = wait_ms(
+    let said = wait_ms(
         &env,
         name,
         "Degraded AutoscalerUnavailable",
-        CONVERGE,
+        CONVERGE * 2,
         |ms| condition(ms, "Degraded") == Some(("True".into(), "AutoscalerUnavailable".into())),
-    )
-    .await;
+    );
+    let Ok(ms) = tokio::time::timeout(CONVERGE, said).await else {
+        panic!(
+            "no AutoscalerUnavailable within {CONVERGE:?}; the operator's log:\n{}",
+            op.logs()
+        );
+    };
     eprintln!(
         "status said AutoscalerUnavailable {:.1} s after the CRD was removed",
         removed.elapsed().as_secs_f64()
