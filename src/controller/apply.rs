@@ -142,6 +142,15 @@ async fn apply_all(
         .remove::<HttpRouteChild>(name, route.is_none())
         .await?;
 
+    // A canary that shrinks (held for the stable track's rollout: see
+    // `core::canary_wait`) goes first, so that its waiting pods are gone
+    // before the stable track frees a GPU they could take.
+    let mut canary_applied = None;
+    if let Some(c) = canary.as_ref().filter(|c| shrinks(ctx, c)) {
+        let (applied, d) = apply_one::<DeploymentChild>(ctx, c).await?;
+        done.push(d);
+        canary_applied = Some(applied);
+    }
     hand_over_replicas(ctx, deployment).await?;
     let ((deployment, d), (_, s)) = futures::try_join!(
         apply_one::<DeploymentChild>(ctx, deployment),
@@ -158,8 +167,14 @@ async fn apply_all(
             .await?;
     let canary = match canary {
         Some(c) => {
-            let (applied, d) = apply_one::<DeploymentChild>(ctx, c).await?;
-            done.push(d);
+            let applied = match canary_applied {
+                Some(applied) => applied,
+                None => {
+                    let (applied, d) = apply_one::<DeploymentChild>(ctx, c).await?;
+                    done.push(d);
+                    applied
+                }
+            };
             for s in [stable_service, canary_service].into_iter().flatten() {
                 done.push(apply_one::<ServiceChild>(ctx, s).await?.1);
             }
@@ -191,6 +206,20 @@ async fn apply_all(
         route,
         unavailable,
     })
+}
+
+/// Whether `desired` asks for fewer replicas than its cached copy has.
+fn shrinks(ctx: &Context, desired: &Deployment) -> bool {
+    let (Some(ns), Some(name)) = (
+        desired.metadata.namespace.as_deref(),
+        desired.metadata.name.as_deref(),
+    ) else {
+        return false;
+    };
+    let current = cached(&ctx.stores.deployments.store, ns, name)
+        .and_then(|d| d.state().replicas)
+        .unwrap_or(0);
+    desired.spec.replicas.is_some_and(|want| want < current)
 }
 
 /// Applies an optional child when the spec wants it and its API is served;

@@ -18,6 +18,7 @@ use super::lean::LeanDeployment;
 use super::observe::{Track, cached, pods};
 use super::{Context, Error, apply, invalid, report, surge};
 use crate::api::{Engine, ModelService};
+use crate::core::canary_wait::CanaryWaiting;
 use crate::core::diagnosis::{GpuRequest, Problem};
 use crate::core::rollback::{self, RolledBack};
 use crate::core::status::{KedaSeen, Observed, compute, needs_pods, now_seconds};
@@ -126,6 +127,10 @@ struct Acted {
     weights: Option<Weights>,
     /// The canary's rollback, when it is rolled back.
     rolled_back: Option<RolledBack>,
+    /// The canary's pods wait for GPUs.
+    canary_waiting: Option<CanaryWaiting>,
+    /// The canary's replicas while held for the stable track's rollout.
+    canary_held: Option<i32>,
     /// Why the current spec is not what runs, when it is not.
     blocked: Option<Problem>,
     /// Kinds the spec asks for whose API the cluster does not serve.
@@ -163,6 +168,8 @@ impl Acted {
             unavailable: Vec::new(),
             failure,
             recheck: None,
+            canary_waiting: None,
+            canary_held: None,
         }
     }
 }
@@ -234,6 +241,8 @@ async fn validate_build_apply(
             route: applied.route,
             weights: plan.weights,
             rolled_back: plan.rolled_back,
+            canary_waiting: prior.canary_waiting,
+            canary_held: plan.canary_held,
             blocked: None,
             unavailable: applied.unavailable,
             failure: None,
@@ -306,10 +315,13 @@ async fn report_status(
             installed: !acted.unavailable.iter().any(|k| k == "ScaledObject"),
             status: scaled_object_status,
         }),
-        canary: ms.spec.rollout.canary.as_ref().map(|_| CanarySeen {
+        canary: ms.spec.rollout.canary.as_ref().map(|c| CanarySeen {
             deployment: acted.canary.as_ref().map(|d| d.state()),
             rolled_back: acted.rolled_back.as_ref(),
             weights: acted.weights.as_ref(),
+            waiting: acted.canary_waiting.as_ref(),
+            held: acted.canary_held,
+            wanted: c.replicas,
         }),
         route: ms.spec.route.as_ref().map(|r| RouteSeen {
             name,

@@ -7,8 +7,8 @@ use super::observe::{Track, cached, pods};
 use super::{Context, Error};
 use crate::core::diagnosis::GpuRequest;
 use crate::core::status::needs_pods;
-use crate::core::tracks::{CANARY, Readiness, canary_name};
-use crate::core::{Prior, ValidSpec, rollback};
+use crate::core::tracks::{CANARY, Readiness, canary_may_go, canary_name};
+use crate::core::{Prior, ValidSpec, canary_wait, rollback};
 
 /// The world the children of `v` are planned in.
 pub async fn prior(ctx: &Context, v: &ValidSpec) -> Result<Prior, Error> {
@@ -34,18 +34,27 @@ pub async fn prior(ctx: &Context, v: &ValidSpec) -> Result<Prior, Error> {
         resource: &v.spec.resources.gpu_resource,
     };
     // Pods speak only while the canary is neither rolled back nor complete.
-    let canary_cause = match canary.as_deref() {
+    let (canary_cause, canary_waiting) = match canary.as_deref() {
         Some(c) if canary_kept.is_none() => {
             let pods = if needs_pods(Some(c.state())) {
                 pods(ctx, ns, name, Track::Only(CANARY))
             } else {
                 Vec::new()
             };
-            rollback::cause(Some(c.state()), &pods, gpu)
+            let now = k8s_openapi::jiff::Timestamp::now();
+            (
+                rollback::cause(Some(c.state()), &pods, gpu),
+                canary_wait::waiting(&pods, gpu, now, ctx.config.surge_grace),
+            )
         }
-        _ => None,
+        _ => (None, None),
     };
     Ok(Prior {
+        canary_waiting,
+        canary_replicas: canary.as_deref().and_then(|c| c.state().replicas),
+        stable_rolling_out: stable
+            .as_deref()
+            .is_some_and(|s| !canary_may_go(Some(s.state()))),
         stable_template: stable.as_deref().and_then(LeanDeployment::template),
         readiness: Readiness {
             stable_ready: ready(stable.as_deref()),

@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde_json::Value;
 
+use super::canary_wait::{self, CanaryWaiting};
 use super::rollback::{self, RolledBack};
 use super::route::{self, Backend};
 use super::subset::is_subset;
@@ -50,6 +51,12 @@ pub struct Prior {
     pub canary_kept: Option<String>,
     /// Why the canary cannot serve, when it cannot (see `rollback::cause`).
     pub canary_cause: Option<(String, String)>,
+    /// The canary's pods wait for GPUs (see `canary_wait`).
+    pub canary_waiting: Option<CanaryWaiting>,
+    /// The cached canary Deployment's `spec.replicas`.
+    pub canary_replicas: Option<i32>,
+    /// The cached stable Deployment has not finished rolling out.
+    pub stable_rolling_out: bool,
 }
 
 impl Prior {
@@ -75,6 +82,9 @@ pub struct Plan {
     pub weights: Option<Weights>,
     /// The canary's rollback, when it is rolled back.
     pub rolled_back: Option<RolledBack>,
+    /// The canary's replicas while it is held for the stable track's
+    /// rollout (see `canary_wait::held`).
+    pub canary_held: Option<i32>,
 }
 
 /// Builds every child of `v` as `render` shows them.
@@ -91,6 +101,11 @@ pub fn plan(v: &ValidSpec, owner: Option<&OwnerReference>, prior: &Prior) -> Pla
     if stable_labelled {
         tracks::label_track(&mut deployment, STABLE, false);
     }
+    let stable_rolls = prior.stable_rolling_out
+        || prior.stable_template.as_ref().is_some_and(|t| {
+            serde_json::to_value(&deployment.spec.template).is_ok_and(|want| !is_subset(&want, t))
+        });
+    let mut canary_held = None;
     let (canary, rolled_back) = match tracks::canary_spec(v) {
         Some(c) => {
             let mut d = deployment::build(&c, owner);
@@ -106,6 +121,16 @@ pub fn plan(v: &ValidSpec, owner: Option<&OwnerReference>, prior: &Prior) -> Pla
             let rb = rollback::decide(&d, prior.canary_kept.as_deref(), cause);
             if let Some(rb) = &rb {
                 rollback::roll_back(&mut d, rb);
+            } else {
+                canary_held = canary_wait::held(
+                    prior.canary_waiting.as_ref(),
+                    stable_rolls,
+                    c.spec.replicas,
+                    prior.canary_replicas,
+                );
+                if let Some(n) = canary_held {
+                    d.spec.replicas = Some(n);
+                }
             }
             (Some(d), rb)
         }
@@ -156,6 +181,7 @@ pub fn plan(v: &ValidSpec, owner: Option<&OwnerReference>, prior: &Prior) -> Pla
         },
         weights,
         rolled_back,
+        canary_held,
     }
 }
 
@@ -402,6 +428,47 @@ spec:
             ]
         );
         assert_eq!(p.rolled_back, None);
+    }
+
+    #[test]
+    fn a_canary_waiting_for_gpus_is_held_while_the_stable_track_rolls_out() {
+        let waiting = CanaryWaiting {
+            problem: crate::core::diagnosis::Problem {
+                reason: crate::core::reasons::INSUFFICIENT_GPU,
+                message: "no node has 1 free nvidia.com/gpu".into(),
+            },
+            placed: 0,
+            past_grace: true,
+        };
+        let settled = Prior {
+            stable_template: serde_json::to_value(
+                &plan(&canary_and_route(), None, &Prior::default())
+                    .children
+                    .deployment
+                    .spec
+                    .template,
+            )
+            .ok(),
+            canary_waiting: Some(waiting),
+            canary_replicas: Some(1),
+            ..Prior::default()
+        };
+        let p = plan(&canary_and_route(), None, &settled);
+        assert_eq!(p.canary_held, None, "the stable track is not rolling out");
+        let canary = |p: &Plan| p.children.canary.as_ref().and_then(|c| c.spec.replicas);
+        assert_eq!(canary(&p), Some(1));
+        assert_eq!(p.rolled_back, None, "waiting is no failure");
+        let rolling = Prior {
+            stable_rolling_out: true,
+            ..settled.clone()
+        };
+        let p = plan(&canary_and_route(), None, &rolling);
+        assert_eq!((p.canary_held, canary(&p)), (Some(0), Some(0)));
+        assert_eq!(p.rolled_back, None);
+        // A new stable template is a rollout too, before the cache shows it.
+        let mut v = canary_and_route();
+        v.spec.runtime.args.push("--max-model-len=4096".into());
+        assert_eq!(plan(&v, None, &settled).canary_held, Some(0));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! deterministic in its inputs, which is what keeps status writes (and watch
 //! events) from repeating forever.
 
+pub mod canary_wait;
 pub mod children;
 pub mod conditions;
 pub mod convert;

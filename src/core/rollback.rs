@@ -40,23 +40,33 @@ pub fn template_fingerprint(d: &Deployment) -> String {
 
 /// Why the canary is Degraded, if it is, from its Deployment and its pods:
 /// only the causes that no wait will fix. A canary waiting for GPUs is not
-/// rolled back: it gets no weight until it is ready, and it may yet be.
+/// rolled back, not even past its progress deadline: it gets no weight
+/// until it is ready, it may yet be, and the scarce GPUs are the cluster's
+/// fault, not the new version's.
 pub fn cause(
     deployment: Option<DeploymentState<'_>>,
     pods: &[Pod],
     gpu: GpuRequest<'_>,
 ) -> Option<(String, String)> {
-    if let Rollout::Stuck { message } = rollout(deployment) {
-        return Some((reasons::PROGRESS_DEADLINE_EXCEEDED.into(), message));
+    let problem = diagnose(pods, gpu);
+    if let Some(p) = &problem
+        && matches!(
+            p.reason,
+            reasons::CRASH_LOOPING | reasons::IMAGE_PULL_FAILED
+        )
+    {
+        return Some((p.reason.to_string(), p.message.clone()));
     }
-    diagnose(pods, gpu)
-        .filter(|p| {
-            matches!(
-                p.reason,
-                reasons::CRASH_LOOPING | reasons::IMAGE_PULL_FAILED
-            )
-        })
-        .map(|p| (p.reason.to_string(), p.message))
+    if problem
+        .as_ref()
+        .is_some_and(|p| p.reason == reasons::INSUFFICIENT_GPU)
+    {
+        return None;
+    }
+    match rollout(deployment) {
+        Rollout::Stuck { message } => Some((reasons::PROGRESS_DEADLINE_EXCEEDED.into(), message)),
+        _ => None,
+    }
 }
 
 /// The rollback in force for the `desired` canary: the one already on the
@@ -125,6 +135,37 @@ mod tests {
             "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
         )];
         assert_eq!(cause(None, &pending, GPU), None);
+    }
+
+    #[test]
+    fn a_canary_waiting_for_gpus_is_not_rolled_back_even_past_its_deadline() {
+        let st: k8s_openapi::api::apps::v1::DeploymentStatus = serde_json::from_value(json!({
+            "observedGeneration": 1,
+            "conditions": [{"type": "Progressing", "status": "False",
+                "reason": "ProgressDeadlineExceeded", "message": "ReplicaSet \"m-canary-1\" has timed out progressing."}]}))
+        .expect("status");
+        let state = DeploymentState {
+            generation: 1,
+            replicas: Some(1),
+            status: Some(&st),
+        };
+        let gpu = GPU;
+        let short = crate::core::diagnosis::tests::unschedulable(
+            "m-canary-1",
+            "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+        );
+        assert_eq!(cause(Some(state), std::slice::from_ref(&short), gpu), None);
+        // Without pods that say why, a stuck canary still rolls back.
+        assert_eq!(
+            cause(Some(state), &[], gpu).map(|c| c.0),
+            Some(reasons::PROGRESS_DEADLINE_EXCEEDED.to_string())
+        );
+        // And a crash loop beside a wait for GPUs rolls back.
+        let crashing = waiting("m-canary-2", "CrashLoopBackOff", "back-off");
+        assert_eq!(
+            cause(Some(state), &[short, crashing], gpu).map(|c| c.0),
+            Some(reasons::CRASH_LOOPING.to_string())
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 
+use super::canary_wait::{self, CanaryWaiting};
 use super::conditions::Wanted;
 use super::diagnosis::Problem;
 use super::reasons;
@@ -20,6 +21,12 @@ pub struct CanarySeen<'a> {
     pub rolled_back: Option<&'a RolledBack>,
     /// The route's weights, with a route.
     pub weights: Option<&'a Weights>,
+    /// Its pods wait for GPUs (see `canary_wait`).
+    pub waiting: Option<&'a CanaryWaiting>,
+    /// Its replicas while held for the stable track's rollout.
+    pub held: Option<i32>,
+    /// The replicas the spec asks of it.
+    pub wanted: i32,
 }
 
 /// The route as observed, while the spec has one.
@@ -67,6 +74,9 @@ pub fn canary_healthy(c: &CanarySeen<'_>) -> Wanted {
         );
     }
     let t = track(c.deployment, None);
+    if let Some(w) = canary_wait::condition(c.waiting, c.held, t.ready_replicas, c.wanted) {
+        return w;
+    }
     let desired = c.deployment.and_then(|d| d.replicas).unwrap_or(1);
     if t.ready_replicas >= desired {
         Wanted::new(
@@ -152,6 +162,9 @@ mod tests {
             deployment: None,
             rolled_back: Some(&rb),
             weights: None,
+            waiting: None,
+            held: None,
+            wanted: 2,
         };
         let w = canary_healthy(&c);
         assert_eq!((w.status, w.reason.as_str()), (false, "CrashLooping"));
@@ -165,11 +178,29 @@ mod tests {
             deployment: Some(state(&st)),
             rolled_back: None,
             weights: None,
+            waiting: None,
+            held: None,
+            wanted: 2,
         };
         let w = canary_healthy(&c);
         assert_eq!((w.status, w.reason.as_str()), (true, "Starting"));
         let t = tracks(None, &c);
         assert_eq!((t.canary.replicas, t.canary.ready_replicas), (2, 1));
+        // The same canary with a pod waiting for GPUs is not Starting.
+        let waiting = crate::core::canary_wait::CanaryWaiting {
+            problem: crate::core::diagnosis::Problem {
+                reason: reasons::INSUFFICIENT_GPU,
+                message: "no node has 1 free nvidia.com/gpu".into(),
+            },
+            placed: 1,
+            past_grace: false,
+        };
+        let c = CanarySeen {
+            waiting: Some(&waiting),
+            ..c
+        };
+        let w = canary_healthy(&c);
+        assert_eq!((w.status, w.reason.as_str()), (false, "InsufficientGPU"));
     }
 
     #[test]

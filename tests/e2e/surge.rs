@@ -564,3 +564,151 @@ async fn a_surge_the_scheduler_refutes_switches_to_replace_and_completes() {
         .await;
     env.finish().await;
 }
+
+/// A canary beside `model(node, args)`: its own arguments, half the
+/// traffic once ready, behind a route.
+fn with_canary(node: &str, args: &[&str]) -> Value {
+    let mut s = model(node, args);
+    s["route"] = json!({"parentRefs": [{"name": "gateway"}], "path": "/v1"});
+    s["rollout"] =
+        json!({"canary": {"runtime": {"args": ["--canary"]}, "weight": 50, "replicas": 1}});
+    s
+}
+
+/// The route's weight for `service`.
+async fn weight(env: &Env, name: &str, service: &str) -> Option<i64> {
+    let r = env.routes().get_opt(name).await.ok()??;
+    r.data["spec"]["rules"][0]["backendRefs"]
+        .as_array()?
+        .iter()
+        .find(|b| b["name"] == service)
+        .and_then(|b| b["weight"].as_i64())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_that_waits_for_gpus_is_reported_kept_and_yields_to_the_stable_rollout() {
+    let test = "a_canary_that_waits_for_gpus_is_reported_kept_and_yields_to_the_stable_rollout";
+    if !pods_can_serve(test) {
+        return;
+    }
+    let env = Env::new().await;
+    env.install_gateway_crd().await;
+    let op = env.operator().arg("--surge-grace").arg("3s").start();
+    let node = wait_for("a node with a free GPU", CONVERGE, || async {
+        let free = free_gpus(&env).await;
+        let roomy: Vec<&String> = free
+            .iter()
+            .filter(|(_, f)| **f >= 1)
+            .map(|(n, _)| n)
+            .collect();
+        roomy.get(roomy.len() / 2).map(|n| (*n).clone())
+    })
+    .await;
+    let name = "gpuwait";
+    env.apply_ms_v1beta1(name, model(&node, &[])).await;
+    wait_ready(&env, name).await;
+    rolled_out(&env, name).await;
+    fill(&env, &node).await;
+
+    env.apply_ms_v1beta1(name, with_canary(&node, &[])).await;
+    let ms = wait_ms(
+        &env,
+        name,
+        "CanaryHealthy InsufficientGPU",
+        CONVERGE,
+        |ms| condition(ms, "CanaryHealthy") == Some(("False".into(), "InsufficientGPU".into())),
+    )
+    .await;
+    let said = message(&ms, "CanaryHealthy");
+    assert!(
+        said.contains("Insufficient nvidia.com/gpu") && said.contains("it is not rolled back"),
+        "{said}"
+    );
+    assert_eq!(weight(&env, name, "gpuwait-canary").await, Some(0));
+    assert_eq!(weight(&env, name, "gpuwait-stable").await, Some(100));
+    // Past the grace period, with the stable track settled, it stays as
+    // asked: waiting, not rolled back.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let canary = deployment(&env, "gpuwait-canary").await.expect("canary");
+    assert_eq!(canary.spec.replicas, Some(1));
+    assert!(
+        !canary
+            .annotations()
+            .contains_key("serving.modelservice.dev/rolled-back"),
+        "a canary waiting for GPUs was rolled back"
+    );
+
+    // The stable track rolls out (replacing: the node is full). The canary
+    // gives way, so the GPU the old stable pod frees goes to its successor.
+    env.apply_ms_v1beta1(name, with_canary(&node, &["--max-model-len", "4096"]))
+        .await;
+    let mut held = false;
+    let mut canary_ran = false;
+    let deadline = std::time::Instant::now() + CONVERGE;
+    loop {
+        if let Some(c) = deployment(&env, "gpuwait-canary").await {
+            held |= c.spec.replicas == Some(0);
+            canary_ran |= c.status.and_then(|s| s.ready_replicas).unwrap_or(0) > 0;
+        }
+        let done = deployment(&env, name).await.is_some_and(|d| {
+            let args = d
+                .spec
+                .template
+                .spec
+                .as_ref()
+                .and_then(|p| p.containers[0].args.clone())
+                .unwrap_or_default();
+            d.status.as_ref().is_some_and(|s| {
+                args.iter().any(|a| a == "4096")
+                    && s.observed_generation == d.metadata.generation
+                    && s.updated_replicas == Some(1)
+                    && s.replicas == Some(1)
+                    && s.ready_replicas == Some(1)
+            })
+        });
+        if done {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stable rollout did not complete; log:\n{}",
+            op.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        held,
+        "the canary was not held while the stable track rolled out"
+    );
+    assert!(
+        !canary_ran,
+        "the canary took the GPU the stable track freed"
+    );
+    // Done: the canary asks again, and waits again.
+    wait_for("the canary back at 1 replica", CONVERGE, || async {
+        let c = deployment(&env, "gpuwait-canary").await?;
+        (c.spec.replicas == Some(1)).then_some(())
+    })
+    .await;
+    wait_ms(
+        &env,
+        name,
+        "CanaryHealthy InsufficientGPU again",
+        CONVERGE,
+        |ms| {
+            condition(ms, "CanaryHealthy") == Some(("False".into(), "InsufficientGPU".into()))
+                && !message(ms, "CanaryHealthy").contains("held at")
+        },
+    )
+    .await;
+    drop(op);
+    let _ = env
+        .api::<Deployment>()
+        .delete("gpu-filler", &DeleteParams::background())
+        .await;
+    let _ = env
+        .api::<ModelService>()
+        .delete(name, &DeleteParams::background())
+        .await;
+    env.finish().await;
+}
