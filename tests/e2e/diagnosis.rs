@@ -73,14 +73,20 @@ async fn a_gpu_shortage_is_named_announced_once_and_clears_by_itself() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_pull_failure_is_named_and_clears_when_fixed() {
     let env = Env::new().await;
-    let _op = env.operator().start();
+    let op = env.operator().start();
     let mut spec = cpu_spec();
     spec["image"] = json!("registry.invalid/no/such-image:does-not-exist");
     env.apply_ms("pull", spec.clone()).await;
-    let ms = wait_ms(&env, "pull", "ImagePullFailed", CONVERGE, |ms| {
+    let said = wait_ms(&env, "pull", "ImagePullFailed", CONVERGE * 2, |ms| {
         condition(ms, "Degraded") == Some(("True".into(), "ImagePullFailed".into()))
-    })
-    .await;
+    });
+    let Ok(ms) = tokio::time::timeout(CONVERGE, said).await else {
+        let last = get_ms(&env, "pull").await.map(|ms| ms.status);
+        panic!(
+            "no ImagePullFailed within {CONVERGE:?}; status {last:?}; the operator's log:\n{}",
+            op.logs()
+        );
+    };
     assert!(message(&ms, "Degraded").contains("registry.invalid/no/such-image:does-not-exist"));
     wait_for("the ImagePullFailed event", CONVERGE, || async {
         (warnings(&env, "pull", "ImagePullFailed").await == 1).then_some(())
