@@ -609,8 +609,12 @@ impl Env {
     /// A node joins the cluster and leaves again, as in a node pool that
     /// autoscales: the scheduler's message for a pending pod changes with
     /// the node count ("0/4 nodes are available", then "0/3"). On a real
-    /// cluster the node is a bare Node object that no kubelet runs, so it
-    /// stays NotReady and nothing is scheduled on it.
+    /// cluster the node is a bare Node object that no kubelet runs, tainted
+    /// NoSchedule from its first moment: before, it was bare, and in the
+    /// second before the node lifecycle controller tainted it not-ready the
+    /// scheduler put other tests' pods on it (the emptiest node, while
+    /// GPU fillers loaded the others); they never ran, and came back only
+    /// when the pod garbage collector removed them, a minute later.
     pub async fn a_node_joins_and_leaves(&self, stay: Duration) {
         if let Some(sim) = &self.sim {
             sim.set_nodes(4);
@@ -622,6 +626,7 @@ impl Env {
         let name = format!("{}-extra", self.namespace);
         let node: Node = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": {"modelservice.dev/e2e": "true"}},
+            "spec": {"taints": [{"key": "modelservice.dev/e2e-extra", "effect": "NoSchedule"}]},
             "status": {"capacity": {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "2"},
                        "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "2"}}}))
         .expect("node");
