@@ -361,3 +361,24 @@ fn template_changes(desired: &Deployment, current: &LeanDeployment) -> bool {
         None => true,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().unwrap_or_else(|_| Timestamp::UNIX_EPOCH)
+    }
+
+    #[test]
+    fn a_wait_that_began_after_the_read_ends_it_and_an_older_one_does_not() {
+        let read = at("2026-12-05T08:00:05.400Z");
+        // The scheduler stamps whole seconds: a wait stamped in the read's
+        // own second may have begun after it.
+        assert!(outdated(read, at("2026-12-05T08:00:05Z")));
+        assert!(outdated(read, at("2026-12-05T08:00:09Z")));
+        // A wait that began before the read is older news than the read,
+        // which saw the cluster after it: the read stays.
+        assert!(!outdated(read, at("2026-12-05T08:00:04Z")));
+    }
+}
