@@ -41,6 +41,7 @@ use crate::api::{RolloutStrategy, Surge};
 use crate::core::ValidSpec;
 use crate::core::fingerprint;
 use crate::core::refutation::{self, Verdict};
+use crate::core::rollout::{Rollout, rollout};
 use crate::core::subset::is_subset;
 use crate::core::surge::{self, Decision, Demand, Plan, Seen};
 use crate::core::tracks::CANARY;
@@ -85,6 +86,15 @@ impl Memory {
             *shared = None;
         }
     }
+}
+
+/// Whether the Deployment is rolling out its template (or stuck doing so),
+/// rather than done with it.
+fn rolls_out(d: &LeanDeployment) -> bool {
+    matches!(
+        rollout(Some(d.state())),
+        Rollout::NotObserved | Rollout::RollingOut { .. } | Rollout::Stuck { .. }
+    )
 }
 
 /// Whether a read made at `read` is older than a wait that began at
@@ -151,11 +161,14 @@ pub async fn settle(ctx: &Context, v: &ValidSpec, desired: &mut Deployment) -> S
     let mut recheck = None;
     let decision = match surge::plan(&template, recent.as_ref(), seen, changes) {
         Plan::Nothing => return Settled::default(),
-        Plan::Keep(d) => {
+        // Judged only while the template rolls out: a pod that waits for
+        // GPUs later (the HPA scaling up) refutes no rollout.
+        Plan::Keep(d) if current.as_ref().is_some_and(|c| rolls_out(c)) => {
             let (d, after) = judged(ctx, v, d).await;
             recheck = after;
             d
         }
+        Plan::Keep(d) => d,
         Plan::Decide => {
             let mut demand = Demand::of(v);
             if v.spec.autoscaling.is_some() {
