@@ -380,7 +380,7 @@ mod tests {
     use super::*;
 
     fn at(s: &str) -> Timestamp {
-        s.parse().unwrap_or_else(|_| Timestamp::UNIX_EPOCH)
+        s.parse().unwrap_or(Timestamp::UNIX_EPOCH)
     }
 
     #[test]
