@@ -51,7 +51,12 @@ pub async fn prior(ctx: &Context, v: &ValidSpec) -> Result<Prior, Error> {
     };
     Ok(Prior {
         canary_waiting,
-        canary_replicas: canary.as_deref().and_then(|c| c.state().replicas),
+        canary_held_before: canary_wait::held_before(
+            canary
+                .as_deref()
+                .and_then(|c| c.annotation(canary_wait::ANNOTATION))
+                .as_deref(),
+        ),
         stable_rolling_out: stable
             .as_deref()
             .is_some_and(|s| !canary_may_go(Some(s.state()))),

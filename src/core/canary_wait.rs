@@ -24,6 +24,11 @@ use super::diagnosis::{GpuRequest, Problem, diagnose, waiting_for};
 use super::reasons;
 use crate::api::condition_types as ct;
 
+/// The annotation on the canary Deployment while it is held: the replicas
+/// it is held at. It is what keeps it held once its waiting pods are gone,
+/// and it tells a hold from a rollback or a spec that asks for fewer.
+pub const ANNOTATION: &str = "serving.modelservice.dev/held-for-stable";
+
 /// The canary's pods, while some wait for GPUs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CanaryWaiting {
@@ -78,13 +83,14 @@ pub fn waiting(
 
 /// The canary's replicas while the stable track rolls out (`stable_rolls`),
 /// when they differ from the `wanted` ones: its placed pods once it has
-/// waited past the grace period, and no more than `current` (what its
-/// Deployment has now) until the stable rollout is done. `None` otherwise.
+/// waited past the grace period, and, once held (`before`, the
+/// annotation's count), no more until the stable rollout is done. `None`
+/// otherwise.
 pub fn held(
     waiting: Option<&CanaryWaiting>,
     stable_rolls: bool,
     wanted: i32,
-    current: Option<i32>,
+    before: Option<i32>,
 ) -> Option<i32> {
     if !stable_rolls {
         return None;
@@ -92,7 +98,22 @@ pub fn held(
     if let Some(w) = waiting.filter(|w| w.past_grace) {
         return Some(w.placed.min(wanted));
     }
-    current.filter(|c| *c < wanted)
+    before.filter(|n| *n < wanted)
+}
+
+/// Holds the canary Deployment `d` at `n` replicas, and says so on it.
+pub fn hold(d: &mut k8s_openapi::api::apps::v1::Deployment, n: i32) {
+    d.spec.replicas = Some(n);
+    d.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(ANNOTATION.into(), n.to_string());
+}
+
+/// The count a cached canary is held at, from its annotation; anything
+/// unreadable is no hold.
+pub fn held_before(annotation: Option<&str>) -> Option<i32> {
+    annotation?.trim().parse().ok().filter(|n: &i32| *n >= 0)
 }
 
 /// CanaryHealthy while the canary waits for GPUs (or is held for the
@@ -198,6 +219,25 @@ mod tests {
         assert_eq!(held(None, false, 3, Some(1)), None);
         assert_eq!(held(None, true, 3, Some(3)), None);
         assert_eq!(held(None, true, 2, Some(3)), None, "shrinking is not held");
+        // A canary at 0 for another reason (rolled back, then a new
+        // template) carries no hold, and grows.
+        assert_eq!(held(None, true, 1, held_before(None)), None);
+        assert_eq!(held_before(Some("2")), Some(2));
+        assert_eq!(held_before(Some("-1")), None);
+        assert_eq!(held_before(Some("x")), None);
+        let mut d = k8s_openapi::api::apps::v1::Deployment::default();
+        hold(&mut d, 0);
+        assert_eq!(d.spec.replicas, Some(0));
+        assert_eq!(
+            held_before(
+                d.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(ANNOTATION))
+                    .map(String::as_str)
+            ),
+            Some(0)
+        );
     }
 
     #[test]

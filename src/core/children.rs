@@ -53,8 +53,9 @@ pub struct Prior {
     pub canary_cause: Option<(String, String)>,
     /// The canary's pods wait for GPUs (see `canary_wait`).
     pub canary_waiting: Option<CanaryWaiting>,
-    /// The cached canary Deployment's `spec.replicas`.
-    pub canary_replicas: Option<i32>,
+    /// The count the cached canary Deployment is held at (its
+    /// `canary_wait::ANNOTATION`).
+    pub canary_held_before: Option<i32>,
     /// The cached stable Deployment has not finished rolling out.
     pub stable_rolling_out: bool,
 }
@@ -126,10 +127,10 @@ pub fn plan(v: &ValidSpec, owner: Option<&OwnerReference>, prior: &Prior) -> Pla
                     prior.canary_waiting.as_ref(),
                     stable_rolls,
                     c.spec.replicas,
-                    prior.canary_replicas,
+                    prior.canary_held_before,
                 );
                 if let Some(n) = canary_held {
-                    d.spec.replicas = Some(n);
+                    canary_wait::hold(&mut d, n);
                 }
             }
             (Some(d), rb)
@@ -450,7 +451,6 @@ spec:
             )
             .ok(),
             canary_waiting: Some(waiting),
-            canary_replicas: Some(1),
             ..Prior::default()
         };
         let p = plan(&canary_and_route(), None, &settled);
@@ -469,6 +469,20 @@ spec:
         let mut v = canary_and_route();
         v.spec.runtime.args.push("--max-model-len=4096".into());
         assert_eq!(plan(&v, None, &settled).canary_held, Some(0));
+        // Its waiting pods gone, the hold on the canary keeps it.
+        let after = Prior {
+            canary_waiting: None,
+            canary_held_before: Some(0),
+            ..rolling.clone()
+        };
+        let p = plan(&canary_and_route(), None, &after);
+        assert_eq!((p.canary_held, canary(&p)), (Some(0), Some(0)));
+        // A canary at 0 without the hold (rolled back before) is not held.
+        let unheld = Prior {
+            canary_held_before: None,
+            ..after
+        };
+        assert_eq!(canary(&plan(&canary_and_route(), None, &unheld)), Some(1));
     }
 
     #[test]
