@@ -53,15 +53,23 @@ async fn watch_switch(
     let mut settled_at: Option<Instant> = None;
     let deadline = Instant::now() + CONVERGE;
     while Instant::now() < deadline {
-        let (h, s) = (
-            hpa(env, name).await.is_some(),
-            scaled_object(env, name).await.is_some(),
-        );
+        // Two reads are never one moment: the switch may fall between them,
+        // so an HPA read before a ScaledObject read proves nothing alone.
+        // One object seen (same uid) before and after the other was seen
+        // proves both existed at once.
+        let uid = |m: Option<kube::api::ObjectMeta>| m.and_then(|m| m.uid);
+        let h1 = uid(hpa(env, name).await.map(|h| h.metadata));
+        let s1 = uid(scaled_object(env, name).await.map(|s| s.metadata));
+        let h2 = uid(hpa(env, name).await.map(|h| h.metadata));
+        let s2 = uid(scaled_object(env, name).await.map(|s| s.metadata));
+        let both = (h1.is_some() && h1 == h2 && s1.is_some())
+            || (s1.is_some() && s1 == s2 && h2.is_some());
         assert!(
-            !(h && s),
+            !both,
             "an HPA and a ScaledObject scale {name} at once; log:\n{}",
             op.logs()
         );
+        let (h, s) = (h2.is_some(), s2.is_some());
         if let Some(d) = deployment(env, name).await {
             lowest = lowest.min(d.spec.replicas.unwrap_or(1));
         }
