@@ -21,8 +21,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, Pod,
-    PodCondition, PodStatus,
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+    ContainerStatus, Pod, PodCondition, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Resource;
@@ -53,10 +53,34 @@ struct ContainerSeen {
     name: String,
     image: String,
     restart_count: i32,
-    /// `state.waiting`: (reason, message). Running containers keep nothing.
-    waiting: Option<Box<(Option<String>, Option<String>)>>,
+    /// `ready` and `started`: a crash loop is told from a slow start by them.
+    ready: bool,
+    started: Option<bool>,
+    state: Option<StateSeen>,
     /// `lastState.terminated`: (reason, exit code).
     last_terminated: Option<Box<(Option<String>, i32)>>,
+}
+
+/// `state`: a real kubelet shows a crash loop as `terminated` and running
+/// again as often as `CrashLoopBackOff`, so all three are kept.
+#[derive(Clone, Debug, PartialEq)]
+enum StateSeen {
+    /// (reason, message)
+    Waiting(Box<(Option<String>, Option<String>)>),
+    Running,
+    /// (reason, exit code)
+    Terminated(Box<(Option<String>, i32)>),
+}
+
+fn terminated((reason, exit_code): &(Option<String>, i32)) -> ContainerState {
+    ContainerState {
+        terminated: Some(ContainerStateTerminated {
+            reason: reason.clone(),
+            exit_code: *exit_code,
+            ..ContainerStateTerminated::default()
+        }),
+        ..ContainerState::default()
+    }
 }
 
 impl ContainerSeen {
@@ -65,27 +89,23 @@ impl ContainerSeen {
             name: self.name.clone(),
             image: self.image.clone(),
             restart_count: self.restart_count,
-            state: self
-                .waiting
-                .as_deref()
-                .map(|(reason, message)| ContainerState {
+            ready: self.ready,
+            started: self.started,
+            state: self.state.as_ref().map(|s| match s {
+                StateSeen::Waiting(w) => ContainerState {
                     waiting: Some(ContainerStateWaiting {
-                        reason: reason.clone(),
-                        message: message.clone(),
+                        reason: w.0.clone(),
+                        message: w.1.clone(),
                     }),
                     ..ContainerState::default()
-                }),
-            last_state: self
-                .last_terminated
-                .as_deref()
-                .map(|(reason, exit_code)| ContainerState {
-                    terminated: Some(ContainerStateTerminated {
-                        reason: reason.clone(),
-                        exit_code: *exit_code,
-                        ..ContainerStateTerminated::default()
-                    }),
+                },
+                StateSeen::Running => ContainerState {
+                    running: Some(ContainerStateRunning::default()),
                     ..ContainerState::default()
-                }),
+                },
+                StateSeen::Terminated(t) => terminated(t),
+            }),
+            last_state: self.last_terminated.as_deref().map(terminated),
             ..ContainerStatus::default()
         }
     }
@@ -157,6 +177,9 @@ struct ContainerWire {
     image: String,
     #[serde(default)]
     restart_count: i32,
+    #[serde(default)]
+    ready: bool,
+    started: Option<bool>,
     state: Option<ContainerState>,
     last_state: Option<ContainerState>,
 }
@@ -167,10 +190,17 @@ impl ContainerWire {
             name: self.name,
             image: self.image,
             restart_count: self.restart_count,
-            waiting: self
-                .state
-                .and_then(|s| s.waiting)
-                .map(|w| Box::new((w.reason, w.message))),
+            ready: self.ready,
+            started: self.started,
+            state: self.state.and_then(|s| {
+                if let Some(w) = s.waiting {
+                    Some(StateSeen::Waiting(Box::new((w.reason, w.message))))
+                } else if let Some(t) = s.terminated {
+                    Some(StateSeen::Terminated(Box::new((t.reason, t.exit_code))))
+                } else {
+                    s.running.map(|_| StateSeen::Running)
+                }
+            }),
             last_terminated: self
                 .last_state
                 .and_then(|s| s.terminated)
@@ -521,6 +551,46 @@ mod tests {
             Some("container server is crash-looping after 3 restarts; last exit: Error (code 1); see `kubectl logs --previous`".into())
         );
         assert_eq!(p.label(TRACK_LABEL), Some("canary"));
+    }
+
+    /// What the real kubelet shows for most of a crash loop: the second
+    /// exit, `terminated`, before CrashLoopBackOff is written. The cache kept
+    /// only `waiting` before, and diagnosis saw no problem here.
+    #[test]
+    fn a_crash_loop_between_back_offs_is_diagnosed_from_the_kept_fields() {
+        let exit = json!({"terminated": {"exitCode": 3, "reason": "Error",
+            "startedAt": "2026-12-05T10:56:44Z", "finishedAt": "2026-12-05T10:56:45Z"}});
+        let p = view(wire(
+            "c",
+            None,
+            json!({"containerStatuses": [{"name": "server", "image": "x", "ready": false,
+                "started": false, "restartCount": 1, "state": exit, "lastState": exit}]}),
+        ));
+        let d = diagnose(
+            &[p.to_pod()],
+            GpuRequest {
+                gpus: 0,
+                resource: "nvidia.com/gpu",
+            },
+        );
+        assert_eq!(
+            d.map(|d| d.reason),
+            Some(crate::core::reasons::CRASH_LOOPING)
+        );
+        let started = view(wire(
+            "s",
+            None,
+            json!({"containerStatuses": [{"name": "server", "image": "x", "ready": true,
+                "started": true, "restartCount": 2, "state": {"running": {}}, "lastState": exit}]}),
+        ));
+        let d = diagnose(
+            &[started.to_pod()],
+            GpuRequest {
+                gpus: 0,
+                resource: "nvidia.com/gpu",
+            },
+        );
+        assert_eq!(d, None, "a restarted container that started serves");
     }
 
     #[test]

@@ -109,14 +109,28 @@ fn image_pull_problem(cs: &ContainerStatus) -> Option<Problem> {
 }
 
 fn crash_loop_problem(cs: &ContainerStatus) -> Option<Problem> {
-    let waiting = cs.state.as_ref()?.waiting.as_ref()?;
-    if waiting.reason.as_deref() != Some("CrashLoopBackOff") {
+    let state = cs.state.as_ref()?;
+    let backing_off = state
+        .waiting
+        .as_ref()
+        .is_some_and(|w| w.reason.as_deref() == Some("CrashLoopBackOff"));
+    // A real kubelet shows CrashLoopBackOff only from its next sync after a
+    // crash (up to 15 s later) until the restart: between, the container is
+    // `terminated`, or running again and not yet started. Judged by
+    // CrashLoopBackOff alone, the status flapped with every restart. Two
+    // exits (this run's and the one before) of a container that never got
+    // started since are a loop, whatever the kubelet shows this second.
+    let exits = cs.restart_count + i32::from(state.terminated.is_some());
+    let starting_again = state.running.is_some() && cs.started != Some(true);
+    let looping =
+        backing_off || (!cs.ready && exits >= 2 && (state.terminated.is_some() || starting_again));
+    if !looping {
         return None;
     }
-    let last = cs
-        .last_state
+    let last = state
+        .terminated
         .as_ref()
-        .and_then(|s| s.terminated.as_ref())
+        .or_else(|| cs.last_state.as_ref()?.terminated.as_ref())
         .map(|t| {
             format!(
                 "; last exit: {} (code {})",
@@ -125,11 +139,15 @@ fn crash_loop_problem(cs: &ContainerStatus) -> Option<Problem> {
             )
         })
         .unwrap_or_default();
+    let restarts = match cs.restart_count {
+        1 => "1 restart".to_string(),
+        n => format!("{n} restarts"),
+    };
     Some(Problem {
         reason: reasons::CRASH_LOOPING,
         message: format!(
-            "container {} is crash-looping after {} restarts{last}; see `kubectl logs --previous`",
-            cs.name, cs.restart_count
+            "container {} is crash-looping after {restarts}{last}; see `kubectl logs --previous`",
+            cs.name
         ),
     })
 }
@@ -301,6 +319,86 @@ pub(crate) mod tests {
             "{}",
             p.message
         );
+    }
+
+    /// A container's states as the real node (`../shared/k8s` node-up,
+    /// kubelet v1.32) showed them for a server that exits with code 3 one
+    /// second after each start, in order.
+    fn real_crash_timeline() -> Vec<(&'static str, serde_json::Value)> {
+        let exit = json!({"terminated": {"exitCode": 3, "reason": "Error"}});
+        let status =
+            |restarts: i32, ready: bool, state: serde_json::Value, last: &serde_json::Value| {
+                json!({"containerStatuses": [{"name": "server", "image": "i", "imageID": "",
+                "ready": ready, "started": ready, "restartCount": restarts,
+                "state": state, "lastState": last}]})
+            };
+        let none = json!({});
+        let running = json!({"running": {}});
+        let back_off = |s: u32| {
+            json!({"waiting": {"reason": "CrashLoopBackOff",
+                "message": format!("back-off {s}s restarting failed container=server pod=p_ns(uid)")}})
+        };
+        vec![
+            (
+                "0.7 s: first start",
+                status(0, true, running.clone(), &none),
+            ),
+            ("1.7 s: first exit", status(0, false, exit.clone(), &none)),
+            (
+                "2.7 s: restarted at once",
+                status(1, true, running.clone(), &exit),
+            ),
+            ("3.7 s: second exit", status(1, false, exit.clone(), &exit)),
+            (
+                "18.2 s: the next sync",
+                status(1, false, back_off(10), &exit),
+            ),
+            (
+                "18.7 s: third start",
+                status(2, false, running.clone(), &exit),
+            ),
+            ("19.7 s: third exit", status(2, false, exit.clone(), &exit)),
+            ("34.2 s", status(2, false, back_off(20), &exit)),
+        ]
+    }
+
+    #[test]
+    fn a_real_crash_loop_is_reported_from_the_second_exit_and_never_flaps() {
+        let verdicts: Vec<(&str, Option<&'static str>)> = real_crash_timeline()
+            .into_iter()
+            .map(|(when, s)| (when, diagnose(&[pod("p", s)], GPU).map(|p| p.reason)))
+            .collect();
+        let looping = Some(reasons::CRASH_LOOPING);
+        assert_eq!(
+            verdicts,
+            [
+                ("0.7 s: first start", None),
+                ("1.7 s: first exit", None),
+                ("2.7 s: restarted at once", None),
+                ("3.7 s: second exit", looping),
+                ("18.2 s: the next sync", looping),
+                ("18.7 s: third start", looping),
+                ("19.7 s: third exit", looping),
+                ("34.2 s", looping),
+            ]
+        );
+        let (_, second_exit) = &real_crash_timeline()[3];
+        let p = diagnose(&[pod("p", second_exit.clone())], GPU).expect("looping");
+        assert_eq!(
+            p.message,
+            "container server is crash-looping after 1 restart; last exit: Error (code 3); see `kubectl logs --previous`"
+        );
+    }
+
+    #[test]
+    fn a_restarted_container_that_started_is_not_looping() {
+        let p = pod(
+            "a",
+            json!({"containerStatuses": [{"name": "server", "image": "i", "imageID": "",
+                "ready": false, "started": true, "restartCount": 4, "state": {"running": {}},
+                "lastState": {"terminated": {"exitCode": 3, "reason": "Error"}}}]}),
+        );
+        assert_eq!(diagnose(&[p], GPU), None);
     }
 
     #[test]

@@ -1,0 +1,119 @@
+//! A fake model server for tests on a real node: it starts, serves, crashes
+//! and stops the way vLLM (or SGLang, or TGI) does where a Kubernetes
+//! operator can see it, without a GPU or a model. See `flavor` for the
+//! command line, `knobs` for what a test can ask of it, and `api` for what
+//! it serves.
+//!
+//! Lifecycle, as vLLM's: parse the flags (exit 2 on a bad one), load the
+//! model (the port stays closed meanwhile), serve; on SIGTERM stop taking
+//! connections, finish the requests in flight, exit 0.
+
+mod api;
+mod flavor;
+mod knobs;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::flavor::Flavor;
+
+fn log(message: impl std::fmt::Display) {
+    println!("fake-model-server: {message}");
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    let flavor = Flavor::from_program(argv.first().map(String::as_str).unwrap_or_default());
+    let launch = match flavor::parse(flavor, &argv) {
+        Ok(l) => l,
+        // clap prints the usage error and exits 2, as argparse does.
+        Err(e) => e.exit(),
+    };
+    let knobs = match knobs::read(|k| std::env::var(k).ok()) {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("fake-model-server: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    log(format_args!(
+        "{} serving {:?} as {:?} on {}:{}",
+        flavor.name(),
+        launch.model,
+        launch.served_name,
+        launch.host,
+        launch.port
+    ));
+    if let Some((code, after)) = knobs.crash {
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            log(format_args!("crashing with exit code {code}, as asked"));
+            std::process::exit(code);
+        });
+    }
+    // SIGTERM during the load ends the process at once: there is nothing to drain.
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("fake-model-server: cannot watch SIGTERM: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    log(format_args!("loading the model ({:?})", knobs.load));
+    tokio::select! {
+        _ = tokio::time::sleep(knobs.load) => {}
+        _ = term.recv() => {
+            log("SIGTERM while loading; exiting");
+            return ExitCode::SUCCESS;
+        }
+    }
+    let preset_env = ["MODEL_NAME", "PORT"]
+        .iter()
+        .map(|k| (k.to_string(), std::env::var(k).ok()))
+        .collect();
+    let served = match api::Served::new(
+        flavor,
+        launch.clone(),
+        argv.iter().skip(1).cloned().collect(),
+        preset_env,
+        knobs.per_token,
+        knobs.waiting,
+    ) {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            eprintln!("fake-model-server: metrics: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind((launch.host.as_str(), launch.port)).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!(
+                "fake-model-server: cannot listen on {}:{}: {e}",
+                launch.host, launch.port
+            );
+            return ExitCode::from(1);
+        }
+    };
+    log("model loaded; serving");
+    let running = served.running.clone();
+    let stop = async move {
+        term.recv().await;
+        log(format_args!(
+            "SIGTERM: draining {} request(s) in flight",
+            running.get()
+        ));
+    };
+    if let Err(e) = axum::serve(listener, api::router(served))
+        .with_graceful_shutdown(stop)
+        .await
+    {
+        eprintln!("fake-model-server: serving failed: {e}");
+        return ExitCode::from(1);
+    }
+    log("drained; exiting");
+    ExitCode::SUCCESS
+}
