@@ -146,7 +146,7 @@ pub struct Runtime {
     #[schemars(length(min = 1, max = crate::api::bounds::IMAGE))]
     pub image: String,
 
-    /// How model.name and runtime.port reach the server. vllm: --model NAME --port PORT; sglang: --model-path NAME --port PORT; tgi: --model-id NAME --port PORT; none: no arguments. Each preset also sets the env vars MODEL_NAME and PORT. When omitted, the vllm arguments are passed without those env vars, exactly as v1alpha1 does, so that objects written in v1alpha1 keep their pods unchanged.
+    /// How model.name and runtime.port reach the server. vllm: --model NAME --port PORT; sglang: --model-path NAME --port PORT --host 0.0.0.0 (no --host when args set one: SGLang listens on 127.0.0.1 by default); tgi: --model-id NAME --port PORT; none: no arguments. Each preset also sets the env vars MODEL_NAME and PORT. When omitted, the vllm arguments are passed without those env vars, exactly as v1alpha1 does, so that objects written in v1alpha1 keep their pods unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preset: Option<Preset>,
 
@@ -172,7 +172,9 @@ pub struct Runtime {
 pub enum Preset {
     /// vLLM: --model NAME --port PORT.
     Vllm,
-    /// SGLang: --model-path NAME --port PORT.
+    /// SGLang: --model-path NAME --port PORT --host 0.0.0.0 (SGLang listens on
+    /// 127.0.0.1 by default, out of reach of probes and the Service); no
+    /// --host when runtime.args set one.
     Sglang,
     /// Hugging Face Text Generation Inference: --model-id NAME --port PORT.
     Tgi,

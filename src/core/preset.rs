@@ -14,20 +14,34 @@ use crate::api::Preset;
 /// them whatever its flags are.
 const PRESET_ENV: &[&str] = &["MODEL_NAME", "PORT"];
 
-/// The arguments that come before `runtime.args`.
-pub fn args(preset: Option<Preset>, model: &str, port: i32) -> Vec<String> {
+/// The arguments that come before `runtime.args` (`user`).
+///
+/// SGLang, unlike vLLM and TGI, listens on 127.0.0.1 unless told otherwise,
+/// where neither the kubelet's probes nor the Service reach it: a model
+/// with the `sglang` preset never became Ready on a real node. So the preset
+/// also passes `--host 0.0.0.0`, unless `runtime.args` already sets a host:
+/// the objects that worked around it keep their pod template, and so their
+/// pods, across the operator's upgrade.
+pub fn args(preset: Option<Preset>, model: &str, port: i32, user: &[String]) -> Vec<String> {
     let flag = match preset {
         None | Some(Preset::Vllm) => "--model",
         Some(Preset::Sglang) => "--model-path",
         Some(Preset::Tgi) => "--model-id",
         Some(Preset::None) => return Vec::new(),
     };
-    vec![
+    let mut args = vec![
         flag.to_string(),
         model.to_string(),
         "--port".to_string(),
         port.to_string(),
-    ]
+    ];
+    let sets_host = user
+        .iter()
+        .any(|a| a == "--host" || a.starts_with("--host="));
+    if preset == Some(Preset::Sglang) && !sets_host {
+        args.extend(["--host".to_string(), "0.0.0.0".to_string()]);
+    }
+    args
 }
 
 /// The env var names the preset sets, which `runtime.env` may not repeat.
@@ -57,12 +71,29 @@ mod tests {
 
     #[test]
     fn each_preset_names_the_model_its_own_way() {
-        let a = |p| args(p, "m", 9000).join(" ");
+        let a = |p| args(p, "m", 9000, &[]).join(" ");
         assert_eq!(a(None), "--model m --port 9000");
         assert_eq!(a(Some(Preset::Vllm)), "--model m --port 9000");
-        assert_eq!(a(Some(Preset::Sglang)), "--model-path m --port 9000");
+        assert_eq!(
+            a(Some(Preset::Sglang)),
+            "--model-path m --port 9000 --host 0.0.0.0"
+        );
         assert_eq!(a(Some(Preset::Tgi)), "--model-id m --port 9000");
         assert_eq!(a(Some(Preset::None)), "");
+    }
+
+    #[test]
+    fn sglang_listens_beyond_loopback_unless_the_args_set_a_host() {
+        for user in [["--host", "::"].as_slice(), ["--host=10.0.0.1"].as_slice()] {
+            let user: Vec<String> = user.iter().map(|s| s.to_string()).collect();
+            assert_eq!(
+                args(Some(Preset::Sglang), "m", 9000, &user).join(" "),
+                "--model-path m --port 9000",
+                "{user:?}"
+            );
+        }
+        let other = vec!["--hostname".to_string(), "x".to_string()];
+        assert!(args(Some(Preset::Sglang), "m", 1, &other).contains(&"0.0.0.0".to_string()));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 mod harness;
 mod observe;
 mod outage;
+mod pod_http;
 mod webhook_host;
 
 mod autoscaling;
@@ -19,6 +20,7 @@ mod lifecycle;
 mod ownership;
 mod permissions;
 mod process;
+mod real_pods;
 mod route_missing;
 mod scale;
 mod steady_state;

@@ -15,7 +15,7 @@ use axum::routing::{get, post, put};
 use prometheus::{Encoder, IntGauge, Registry, TextEncoder};
 use serde_json::{Value, json};
 
-use crate::flavor::{Flavor, Launch};
+use fake_model_server::flavor::{Flavor, Launch};
 
 /// What every handler shares.
 pub struct Served {

@@ -9,15 +9,14 @@
 //! connections, finish the requests in flight, exit 0.
 
 mod api;
-mod flavor;
-mod knobs;
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::flavor::Flavor;
+use fake_model_server::flavor::{self, Flavor};
+use fake_model_server::knobs;
 
 fn log(message: impl std::fmt::Display) {
     println!("fake-model-server: {message}");

@@ -17,6 +17,7 @@ mod faults;
 mod gc;
 mod http;
 mod kubeconfig;
+mod kubelet;
 mod listkeys;
 pub mod localhost;
 mod meta;

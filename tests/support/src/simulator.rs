@@ -22,7 +22,10 @@
 //!   allows (so maxSurge 0 with one replica shows 0 ready pods for a moment,
 //!   and maxSurge 1 never does); Recreate deletes every old pod first;
 //! - image pulls: an image whose reference contains `.invalid/` or ends in
-//!   `:does-not-exist` fails with ErrImagePull, then ImagePullBackOff;
+//!   `:does-not-exist` fails with ErrImagePull, then ImagePullBackOff, on
+//!   the real node's timeline and in its words (see `kubelet`);
+//! - the fake model server's knobs (a slow load, a crash with an exit code),
+//!   on the real node's timeline (see `kubelet`);
 //! - crashes: an image whose name contains `crashloop` runs, exits 1 and is
 //!   in CrashLoopBackOff, as `../shared/k8s`'s podsim makes it;
 //! - Deployment status (observedGeneration, replica counts, Available and
@@ -423,7 +426,14 @@ async fn step(client: &Client, shape: &ClusterShape) -> Result<(), kube::Error> 
             };
             let existing = pods.get_opt(&pod_name).await?;
             let Some(existing) = existing else { continue };
-            let status = pod_status(node, gpus, shape, &pod_image(p), existing.status.as_ref());
+            let status = pod_status(
+                &existing,
+                node,
+                gpus,
+                shape,
+                &pod_image(p),
+                existing.status.as_ref(),
+            );
             if node.is_some()
                 && existing
                     .spec
@@ -514,6 +524,7 @@ fn same_status(current: &Value, wanted: &Value) -> bool {
 }
 
 fn pod_status(
+    pod: &Pod,
     node: Option<usize>,
     gpus: i64,
     shape: &ClusterShape,
@@ -549,29 +560,24 @@ fn pod_status(
             {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": msg,
              "lastTransitionTime": since.to_string()}]});
     };
-    if image_fails(image) {
-        // First ErrImagePull, then ImagePullBackOff, as the kubelet reports it.
-        let was_pulling = previous
-            .and_then(|s| s.container_statuses.as_ref())
-            .and_then(|c| c.first())
-            .and_then(|c| c.state.as_ref()?.waiting.as_ref()?.reason.clone());
-        let reason = if was_pulling.is_some() {
-            "ImagePullBackOff"
-        } else {
-            "ErrImagePull"
-        };
-        return json!({"phase": "Pending",
-            "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}],
-            "containerStatuses": [{"name": "server", "image": image, "imageID": "", "ready": false, "restartCount": 0,
-                "state": {"waiting": {"reason": reason,
-                    "message": format!("Back-off pulling image \"{image}\": not found")}}}]});
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let start = previous
+        .and_then(|s| s.start_time.as_ref())
+        .map(|t| t.0)
+        .unwrap_or_else(|| {
+            k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now)
+        });
+    let t = now.duration_since(start).as_secs_f64();
+    if let Some(s) = crate::kubelet::status(pod, image, image_fails(image), start, t) {
+        return s;
     }
     if image.contains("crashloop") {
         return json!({"phase": "Running",
             "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}],
             "containerStatuses": [{"name": "server", "image": image, "imageID": "", "ready": false, "restartCount": 3, "started": false,
                 "state": {"waiting": {"reason": "CrashLoopBackOff",
-                    "message": "back-off 40s restarting failed container=server"}},
+                    "message": format!("back-off 40s restarting failed container=server pod={}_{}({})",
+                        pod.name_any(), pod.namespace().unwrap_or_default(), pod.uid().unwrap_or_default())}},
                 "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}]});
     }
     json!({"phase": "Running",
