@@ -16,27 +16,31 @@ ENV CARGO_TERM_COLOR=never \
     CARGO_PROFILE_RELEASE_STRIP=symbols
 
 # 1. Dependencies only, cached as their own layer: the manifests and lock file
-#    of the workspace (root package + the dev-only members tests/support and
-#    xtask, which Cargo needs to load the workspace), with stub sources for
+#    of the workspace (root package + the dev-only members tests/support,
+#    tests/fake-model-server and xtask, which Cargo needs to load the
+#    workspace), with stub sources for
 #    every target Cargo.toml declares (lib, bin, [[bench]] pure, convergence).
 #    This layer is rebuilt only when Cargo.toml, Cargo.lock or a member's
 #    Cargo.toml change.
 #    (.ci/packaging.sh fails if Cargo.toml declares a target without a stub here.)
 COPY Cargo.toml Cargo.lock ./
 COPY tests/support/Cargo.toml tests/support/Cargo.toml
+COPY tests/fake-model-server/Cargo.toml tests/fake-model-server/Cargo.toml
 COPY xtask/Cargo.toml xtask/Cargo.toml
-RUN mkdir -p src benches/convergence tests/support/src xtask/src \
+RUN mkdir -p src benches/convergence tests/support/src tests/fake-model-server/src xtask/src \
     && echo 'fn main() {}' > src/main.rs \
+    && echo 'fn main() {}' > tests/fake-model-server/src/main.rs \
     && echo 'fn main() {}' > xtask/src/main.rs \
     && echo 'fn main() {}' > benches/pure.rs \
     && echo 'fn main() {}' > benches/convergence/main.rs \
-    && touch src/lib.rs tests/support/src/lib.rs \
+    && touch src/lib.rs tests/support/src/lib.rs tests/fake-model-server/src/lib.rs \
     && cargo build --release --locked \
     && rm -rf src target/release/.fingerprint/modelservice-operator-* \
         target/release/deps/modelservice_operator-* \
         target/release/deps/libmodelservice_operator-*
 
-# 2. The operator's real sources. The benches, tests/support and xtask keep
+# 2. The operator's real sources. The benches, tests/support,
+#    tests/fake-model-server and xtask keep
 #    their stubs: they are dev-only and not part of a release build.
 COPY src ./src
 RUN touch src/main.rs src/lib.rs \

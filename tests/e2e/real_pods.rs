@@ -218,7 +218,8 @@ async fn a_crash_and_a_failed_pull_are_named_and_a_crashing_canary_is_rolled_bac
     .await;
     let crash_seen = Instant::now();
     assert!(
-        message(&ms, "Degraded").contains("(code 3)"),
+        message(&ms, "Degraded").contains("(code 3)")
+            && message(&ms, "Degraded").contains(" restart"),
         "{}",
         message(&ms, "Degraded")
     );
