@@ -21,7 +21,7 @@
 //!   ImagePullBackOff and ErrImagePull in turn, in containerd's words.
 //!
 //! Every other image runs and is Ready at once (no probe is run), which
-//! keeps the rest of the suite fast.
+//! keeps the rest of the suite fast, with the same five conditions.
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -85,7 +85,7 @@ pub fn knobs(pod: &Pod) -> Knobs {
     }
 }
 
-fn at(start: Timestamp, seconds: f64) -> String {
+pub(crate) fn at(start: Timestamp, seconds: f64) -> String {
     let t = start
         .checked_add(SignedDuration::from_secs_f64(seconds))
         .unwrap_or(start);
@@ -96,7 +96,7 @@ fn at(start: Timestamp, seconds: f64) -> String {
 }
 
 /// The conditions of a placed pod: the five a real kubelet writes.
-fn conditions(start: Timestamp, ready_since: Option<f64>) -> Value {
+pub(crate) fn conditions(start: Timestamp, ready_since: Option<f64>) -> Value {
     let placed = at(start, 0.0);
     let ready = match ready_since {
         Some(s) => json!({"status": "True", "lastTransitionTime": at(start, s)}),

@@ -572,8 +572,8 @@ fn pod_status(
         return s;
     }
     if image.contains("crashloop") {
-        return json!({"phase": "Running",
-            "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}],
+        return json!({"phase": "Running", "startTime": crate::kubelet::at(start, 0.0),
+            "conditions": crate::kubelet::conditions(start, None),
             "containerStatuses": [{"name": "server", "image": image, "imageID": "", "ready": false, "restartCount": 3, "started": false,
                 "state": {"waiting": {"reason": "CrashLoopBackOff",
                     "message": format!("back-off 40s restarting failed container=server pod={}_{}({})",
@@ -581,7 +581,8 @@ fn pod_status(
                 "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}]});
     }
     json!({"phase": "Running",
-        "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
+        "startTime": crate::kubelet::at(start, 0.0),
+        "conditions": crate::kubelet::conditions(start, Some(0.0)),
         "containerStatuses": [{"name": "server", "image": image, "imageID": "", "ready": true, "restartCount": 0, "started": true,
-            "state": {"running": {}}}]})
+            "state": {"running": {"startedAt": crate::kubelet::at(start, 0.0)}}}]})
 }
