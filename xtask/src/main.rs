@@ -5,6 +5,7 @@
 mod chart;
 mod chart_readme;
 mod config_rbac;
+mod demo;
 mod generated;
 mod listing;
 #[cfg(test)]
@@ -22,7 +23,7 @@ use generated::{GENERATED, Generated};
 #[derive(Parser)]
 #[command(
     name = "xtask",
-    about = "Generates and checks the files derived from the Rust sources"
+    about = "Generates and checks the files derived from the Rust sources, and runs the demo"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -35,6 +36,15 @@ enum Command {
     Generate,
     /// Fail, listing them, when generated files differ from what `generate` would write.
     Check,
+    /// Show the operator at work on an embedded API server with simulated GPU nodes.
+    Demo {
+        /// The operator binary to run (default: build it with cargo).
+        #[arg(long)]
+        operator: Option<std::path::PathBuf>,
+        /// Exit 0 once every step has converged, instead of waiting for Ctrl-C.
+        #[arg(long)]
+        exit_when_converged: bool,
+    },
 }
 
 /// The repository, wherever cargo runs from.
@@ -43,17 +53,28 @@ fn root() -> &'static Path {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let files = match generated::all() {
-        Ok(files) => files,
+    let run: fn(&[Generated]) -> ExitCode = match Cli::parse().command {
+        Command::Demo {
+            operator,
+            exit_when_converged,
+        } => {
+            return demo::run(
+                root(),
+                demo::Options {
+                    operator,
+                    exit_when_converged,
+                },
+            );
+        }
+        Command::Generate => generate,
+        Command::Check => check,
+    };
+    match generated::all() {
+        Ok(files) => run(&files),
         Err(e) => {
             eprintln!("xtask: cannot generate: {e}");
-            return ExitCode::FAILURE;
+            ExitCode::FAILURE
         }
-    };
-    match cli.command {
-        Command::Generate => generate(&files),
-        Command::Check => check(&files),
     }
 }
 
