@@ -103,7 +103,7 @@ async fn run_command(args: RunArgs) -> Result<(), String> {
         },
         startup_timeout: args.startup_timeout,
         reporter_instance: Some(identity),
-        webhook: Some(args.webhook_config()),
+        webhook: Some(args.webhook_config(std::env::var_os("KUBERNETES_SERVICE_HOST").is_some())),
         convert: convert_checked,
     };
     run(config, cfg, signal).await.map_err(|e| e.to_string())

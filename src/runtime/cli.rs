@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use super::leader;
+use crate::webhook::client_config::CONVERT_PATH;
 use crate::webhook::secret::DEFAULT_SECRET_NAME;
 use crate::webhook::{CRD_NAME, CertSource, ClientConfigTarget, WebhookConfig};
 
@@ -162,7 +163,14 @@ pub struct SecretRef {
 impl RunArgs {
     /// The webhook's settings. The Secret's namespace defaults to the lease
     /// namespace (the pod's own), as the operator's other state does.
-    pub fn webhook_config(&self) -> WebhookConfig {
+    ///
+    /// Outside a cluster (`in_cluster` false: no `KUBERNETES_SERVICE_HOST`),
+    /// with our own certificates and neither `--webhook-url` nor
+    /// `--webhook-service`, the CRD is pointed at this process on this host
+    /// (`https://127.0.0.1:PORT/convert`): a local `run` then serves
+    /// v1alpha1 objects with no flag to learn. Not with port 0 (the port is
+    /// not known before the bind; tests run side by side that way).
+    pub fn webhook_config(&self, in_cluster: bool) -> WebhookConfig {
         let certs = match self.webhook_certs {
             WebhookCerts::External => CertSource::Files {
                 dir: self.webhook_cert_dir.clone(),
@@ -187,6 +195,9 @@ impl RunArgs {
                 name: s.name.clone(),
                 port: 443,
             }),
+            (None, None) if !in_cluster && self.webhook_certs == WebhookCerts::SelfSigned => {
+                local_url(self.webhook_addr).map(ClientConfigTarget::Url)
+            }
             (None, None) => None,
         };
         WebhookConfig {
@@ -260,6 +271,20 @@ fn parse_lease_duration(s: &str) -> Result<Duration, String> {
 }
 
 /// The API server calls only `https://` URLs without user, query or fragment.
+/// The URL at which an API server on this host reaches a webhook bound to
+/// `addr`; none for port 0.
+fn local_url(addr: SocketAddr) -> Option<String> {
+    if addr.port() == 0 {
+        return None;
+    }
+    let host = match addr.ip() {
+        ip if ip.is_unspecified() || ip.is_loopback() => "127.0.0.1".to_string(),
+        std::net::IpAddr::V4(ip) => ip.to_string(),
+        std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+    };
+    Some(format!("https://{host}:{}{CONVERT_PATH}", addr.port()))
+}
+
 fn parse_webhook_url(s: &str) -> Result<String, String> {
     let uri: http::Uri = s.parse().map_err(|e| {
         format!("{s:?} is not a URL ({e}); write it like https://127.0.0.1:9443/convert")
@@ -386,6 +411,34 @@ mod tests {
     }
 
     #[test]
+    fn outside_a_cluster_the_crd_is_pointed_at_this_host() {
+        let local = |args: &[&str]| run_args(args).webhook_config(false).client_config;
+        assert_eq!(
+            local(&["run"]),
+            Some(ClientConfigTarget::Url(
+                "https://127.0.0.1:9443/convert".into()
+            ))
+        );
+        assert_eq!(
+            local(&["run", "--webhook-addr", "192.0.2.7:8443"]),
+            Some(ClientConfigTarget::Url(
+                "https://192.0.2.7:8443/convert".into()
+            ))
+        );
+        assert_eq!(local(&["run", "--webhook-addr", "127.0.0.1:0"]), None);
+        assert_eq!(local(&["run", "--webhook-certs", "external"]), None);
+        assert_eq!(
+            local(&["run", "--webhook-service", "ops/hook"]),
+            Some(ClientConfigTarget::Service {
+                namespace: "ops".into(),
+                name: "hook".into(),
+                port: 443
+            })
+        );
+        assert_eq!(run_args(&["run"]).webhook_config(true).client_config, None);
+    }
+
+    #[test]
     fn webhook_defaults() {
         let r = run_args(&["run", "--lease-namespace", "ops"]);
         assert_eq!(r.webhook_addr, "0.0.0.0:9443".parse().expect("addr"));
@@ -394,7 +447,7 @@ mod tests {
             r.webhook_cert_dir,
             PathBuf::from("/tmp/k8s-webhook-server/serving-certs")
         );
-        let cfg = r.webhook_config();
+        let cfg = r.webhook_config(true);
         assert_eq!(cfg.addr, r.webhook_addr);
         assert_eq!(cfg.crd_name, "modelservices.serving.modelservice.dev");
         assert_eq!(cfg.client_config, None, "serves, leaves the CRD alone");
@@ -418,7 +471,7 @@ mod tests {
             "--webhook-secret",
             "sys/certs",
         ])
-        .webhook_config();
+        .webhook_config(true);
         assert_eq!(cfg.addr, "127.0.0.1:0".parse().expect("addr"));
         assert_eq!(
             cfg.client_config,
@@ -443,7 +496,7 @@ mod tests {
             "--lease-namespace",
             "lease-ns",
         ])
-        .webhook_config();
+        .webhook_config(true);
         assert_eq!(
             cfg.client_config,
             Some(ClientConfigTarget::Service {
@@ -467,7 +520,7 @@ mod tests {
             "--webhook-cert-dir",
             "/certs",
         ])
-        .webhook_config();
+        .webhook_config(true);
         assert_eq!(
             cfg.certs,
             CertSource::Files {

@@ -97,8 +97,45 @@ pub fn patch(wanted: &WebhookClientConfig) -> Value {
     json!({"spec": {"conversion": value}})
 }
 
+/// kubectl's record of what was last applied (client-side `kubectl apply`).
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// kubectl's `record` with its clientConfig pointing where `wanted` does,
+/// or `None` when it already does (or holds no clientConfig).
+///
+/// Why: `kubectl apply -f crds/` merges three ways, from this record. After
+/// a local run put `url` where the file has `service`, a record still
+/// naming `service` made kubectl keep `url` and add `service`, which the
+/// API server refuses ("exactly one of url or service is required"). A
+/// record naming `url` makes it remove `url` as it brings `service` back.
+pub fn last_applied(record: &str, wanted: &WebhookClientConfig) -> Option<String> {
+    let mut v: Value = serde_json::from_str(record).ok()?;
+    let cc = v
+        .pointer_mut("/spec/conversion/webhook/clientConfig")?
+        .as_object_mut()?;
+    let (set, unset) = if wanted.url.is_some() {
+        ("url", "service")
+    } else {
+        ("service", "url")
+    };
+    let value = serde_json::to_value(wanted).ok()?.get(set)?.clone();
+    if cc.get(set) == Some(&value) && !cc.contains_key(unset) {
+        return None;
+    }
+    cc.remove(unset);
+    cc.insert(set.into(), value);
+    Some(v.to_string())
+}
+
+/// The record the CRD should carry, when it carries one that differs.
+fn record_update(crd: &CustomResourceDefinition, wanted: &WebhookClientConfig) -> Option<String> {
+    let record = crd.metadata.annotations.as_ref()?.get(LAST_APPLIED)?;
+    last_applied(record, wanted)
+}
+
 /// Reads CRD `crd_name` and, when its conversion does not point at `target`
-/// with `ca_bundle_pem`, patches it.
+/// with `ca_bundle_pem` (or kubectl's record of it names the other
+/// reference), patches it.
 pub async fn reconcile(
     client: &Client,
     crd_name: &str,
@@ -110,14 +147,19 @@ pub async fn reconcile(
         return Ok(Outcome::CrdMissing);
     };
     let wanted = desired(target, ca_bundle_pem);
-    if up_to_date(crd.spec.conversion.as_ref(), &wanted) {
+    let record = record_update(&crd, &wanted);
+    if up_to_date(crd.spec.conversion.as_ref(), &wanted) && record.is_none() {
         return Ok(Outcome::Unchanged);
+    }
+    let mut body = patch(&wanted);
+    if let Some(record) = record {
+        body["metadata"] = json!({"annotations": {LAST_APPLIED: record}});
     }
     match api
         .patch(
             crd_name,
             &crate::controller::apply::patch_params(),
-            &Patch::Merge(&patch(&wanted)),
+            &Patch::Merge(&body),
         )
         .await
     {
@@ -174,6 +216,43 @@ mod tests {
             p["spec"]["conversion"]["webhook"]["clientConfig"]["url"],
             Value::Null
         );
+    }
+
+    /// What `kubectl apply -f crds/modelservice.yaml` records.
+    fn record() -> String {
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "modelservices.serving.modelservice.dev"},
+            "spec": {"group": "serving.modelservice.dev", "conversion": {"strategy": "Webhook",
+                "webhook": {"conversionReviewVersions": ["v1"], "clientConfig": {
+                    "service": {"namespace": "modelservice-system",
+                        "name": "modelservice-operator-webhook", "path": "/convert", "port": 443}}}}}})
+        .to_string()
+    }
+
+    #[test]
+    fn kubectls_record_names_the_url_a_local_run_set_and_nothing_else_changes() {
+        let url = ClientConfigTarget::Url("https://127.0.0.1:9443/convert".into());
+        let rewritten = last_applied(&record(), &desired(&url, "PEM")).expect("rewritten");
+        let v: Value = serde_json::from_str(&rewritten).expect("JSON");
+        assert_eq!(
+            v["spec"]["conversion"]["webhook"]["clientConfig"],
+            json!({"url": "https://127.0.0.1:9443/convert"}),
+            "no caBundle: the file has none, and kubectl keeps the live one"
+        );
+        assert_eq!(v["spec"]["group"], "serving.modelservice.dev");
+        assert_eq!(
+            last_applied(&rewritten, &desired(&url, "OTHER PEM")),
+            None,
+            "in step already"
+        );
+        // An operator installed later points it back at its Service.
+        let back = last_applied(&rewritten, &desired(&service(), "PEM")).expect("back");
+        let v: Value = serde_json::from_str(&back).expect("JSON");
+        let cc = &v["spec"]["conversion"]["webhook"]["clientConfig"];
+        assert_eq!(cc["url"], Value::Null);
+        assert_eq!(cc["service"]["name"], "msop-webhook");
+        assert_eq!(last_applied("not json", &desired(&url, "PEM")), None);
+        assert_eq!(last_applied("{}", &desired(&url, "PEM")), None);
     }
 
     #[test]
