@@ -29,7 +29,7 @@ fn build_operator(root: &Path) -> Result<PathBuf, String> {
     println!("building the operator (cargo build --bin modelservice-operator) …");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)
-        .args(["build", "--quiet", "--locked", "--bin", "modelservice-operator"])
+        .args(["build", "--locked", "--bin", "modelservice-operator"])
         .current_dir(root)
         .status()
         .map_err(|e| format!("cargo build: {e}"))?;
