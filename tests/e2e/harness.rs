@@ -323,6 +323,7 @@ impl Env {
             args: Vec::new(),
             all_namespaces: false,
             webhook_port: None,
+            local_webhook: None,
         }
     }
 
@@ -404,6 +405,7 @@ pub struct OperatorBuilder<'a> {
     args: Vec<String>,
     all_namespaces: bool,
     webhook_port: Option<u16>,
+    local_webhook: Option<u16>,
 }
 
 impl OperatorBuilder<'_> {
@@ -419,6 +421,12 @@ impl OperatorBuilder<'_> {
         self.webhook_port = Some(port);
         self
     }
+    /// Serves the webhook on `port` with no `--webhook-url`: a local run
+    /// as a user starts it (outside a cluster it points the CRD here).
+    pub fn local_webhook(mut self, port: u16) -> Self {
+        self.local_webhook = Some(port);
+        self
+    }
     pub fn arg(mut self, a: impl Into<String>) -> Self {
         self.args.push(a.into());
         self
@@ -431,14 +439,15 @@ impl OperatorBuilder<'_> {
         if !self.all_namespaces {
             cmd.arg("--namespace").arg(&self.env.namespace);
         }
-        match self.webhook_port {
-            Some(p) => cmd
+        match (self.webhook_port, self.local_webhook) {
+            (Some(p), _) => cmd
                 .arg("--webhook-addr")
                 .arg(format!("127.0.0.1:{p}"))
                 .arg("--webhook-url")
                 .arg(format!("https://127.0.0.1:{p}/convert")),
+            (None, Some(p)) => cmd.arg("--webhook-addr").arg(format!("127.0.0.1:{p}")),
             // Operators run side by side: each its own webhook port.
-            None => cmd.arg("--webhook-addr").arg("127.0.0.1:0"),
+            (None, None) => cmd.arg("--webhook-addr").arg("127.0.0.1:0"),
         };
         cmd.arg("--metrics-addr")
             .arg(format!("127.0.0.1:{port}"))

@@ -17,6 +17,7 @@ mod keda;
 mod keda_missing;
 mod leader;
 mod lifecycle;
+mod local_run;
 mod ownership;
 mod permissions;
 mod process;
