@@ -103,9 +103,11 @@ async fn a_local_run_serves_v1alpha1_and_leaves_a_crd_that_applies_again() {
         "metadata": {"name": "old", "namespace": env.namespace},
         "spec": {"model": "Qwen/Qwen2.5-0.5B-Instruct", "image": "vllm/vllm-openai:v0.8.5", "gpus": 0}}))
     .expect("object");
-    wait_for("a v1alpha1 create through the webhook", CONVERGE, || async {
-        alpha.create(&PostParams::default(), &obj).await.ok()
-    })
+    wait_for(
+        "a v1alpha1 create through the webhook",
+        CONVERGE,
+        || async { alpha.create(&PostParams::default(), &obj).await.ok() },
+    )
     .await;
     let read = alpha.get("old").await.expect("read back in v1alpha1");
     assert_eq!(read.data["spec"]["model"], "Qwen/Qwen2.5-0.5B-Instruct");
@@ -121,6 +123,9 @@ async fn a_local_run_serves_v1alpha1_and_leaves_a_crd_that_applies_again() {
     apply_crd_file(&env).expect("kubectl apply of the CRD after a local run");
     let cc = client_config(&env).await;
     assert!(cc.get("url").is_none(), "{cc}");
-    assert_eq!(cc["service"]["name"], "modelservice-operator-webhook", "{cc}");
+    assert_eq!(
+        cc["service"]["name"], "modelservice-operator-webhook",
+        "{cc}"
+    );
     env.finish().await;
 }
