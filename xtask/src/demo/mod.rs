@@ -108,9 +108,9 @@ async fn demo(root: &Path, options: Options) -> Result<(), String> {
         return Ok(());
     }
     println!(
-        "\nThe cluster stays up until Ctrl-C. In another terminal:\n  export KUBECONFIG={}\n  kubectl get modelservices,deployments,services,hpa -n {}\n",
+        "\nThe cluster stays up until Ctrl-C. In another terminal:\n  export KUBECONFIG={}\n  kubectl get modelservices,deployments,services,horizontalpodautoscalers -n {ns}\n  kubectl apply --validate=false -n {ns} -f config/samples/sglang.yaml\n",
         cluster.kubeconfig.display(),
-        cluster::NAMESPACE
+        ns = cluster::NAMESPACE
     );
     loop {
         tokio::select! {
