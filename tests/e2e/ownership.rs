@@ -12,7 +12,7 @@ use kube::{Api, Resource};
 use modelservice_operator::api::ModelService;
 use serde_json::{Value, json};
 
-use crate::harness::{CONVERGE, Env, wait_for};
+use crate::harness::{CONVERGE, Env, Operator, wait_for};
 use crate::observe::*;
 
 /// What of an object must stay as its maker left it: its labels, owners
@@ -76,11 +76,27 @@ fn every_child() -> Value {
         "route": {"parentRefs": [{"name": "gateway"}]}})
 }
 
-async fn conflict_named(env: &Env, name: &str, kind: &str, holder: &str) {
-    let ms = wait_ms(env, name, "Degraded ChildConflict", CONVERGE, |ms| {
-        condition(ms, "Degraded") == Some(("True".into(), "ChildConflict".into()))
-    })
-    .await;
+async fn conflict_named(env: &Env, op: &Operator, name: &str, kind: &str, holder: &str) {
+    // Polled by hand, so that a timeout shows what the status said instead
+    // and what the operator logged (CI once timed out here, unexplained).
+    let deadline = std::time::Instant::now() + CONVERGE;
+    let ms = loop {
+        let ms = get_ms(env, name).await;
+        if let Some(ms) = ms.as_ref().filter(|ms| {
+            observed_current(ms)
+                && condition(ms, "Degraded") == Some(("True".into(), "ChildConflict".into()))
+        }) {
+            break ms.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no Degraded ChildConflict on {name} within {CONVERGE:?}; status: {}\nlog:\n{}",
+            ms.and_then(|m| serde_json::to_string(&m.status).ok())
+                .unwrap_or_default(),
+            op.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let m = message(&ms, "Degraded");
     assert!(
         m.starts_with(&format!("{kind} {name} already exists and is {holder}")),
@@ -97,7 +113,7 @@ async fn conflict_named(env: &Env, name: &str, kind: &str, holder: &str) {
 async fn objects_it_did_not_make_are_never_changed_owned_or_deleted() {
     let env = Env::new().await;
     env.install_gateway_crd().await;
-    let _op = env.operator().start();
+    let op = env.operator().start();
     // One ModelService per kind, so that each kind's check is reached (the
     // first conflict stops a reconcile's writes).
     let svc = create(&env.api::<Service>(), service("own-svc")).await;
@@ -115,10 +131,10 @@ async fn objects_it_did_not_make_are_never_changed_owned_or_deleted() {
         env.apply_ms_v1beta1(name, every_child()).await;
     }
     let holder = "not managed by modelservice-operator";
-    conflict_named(&env, "own-svc", "Service", holder).await;
-    conflict_named(&env, "own-dep", "Deployment", holder).await;
-    conflict_named(&env, "own-hpa", "HorizontalPodAutoscaler", holder).await;
-    conflict_named(&env, "own-route", "HTTPRoute", holder).await;
+    conflict_named(&env, &op, "own-svc", "Service", holder).await;
+    conflict_named(&env, &op, "own-dep", "Deployment", holder).await;
+    conflict_named(&env, &op, "own-hpa", "HorizontalPodAutoscaler", holder).await;
+    conflict_named(&env, &op, "own-route", "HTTPRoute", holder).await;
 
     let now = async || {
         [
@@ -170,11 +186,12 @@ async fn objects_it_did_not_make_are_never_changed_owned_or_deleted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_held_by_someone_else_appears_once_the_name_is_free() {
     let env = Env::new().await;
-    let _op = env.operator().start();
+    let op = env.operator().start();
     create(&env.api::<Service>(), service("freed")).await;
     env.apply_ms("freed", cpu_spec()).await;
     conflict_named(
         &env,
+        &op,
         "freed",
         "Service",
         "not managed by modelservice-operator",
@@ -219,7 +236,7 @@ async fn a_child_held_by_someone_else_appears_once_the_name_is_free() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_modelservices_never_share_a_child() {
     let env = Env::new().await;
-    let _op = env.operator().start();
+    let op = env.operator().start();
     let with_canary = json!({"model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"},
         "runtime": {"image": serving_image()}, "resources": {"gpus": 0},
         "rollout": {"canary": {"runtime": {"image": format!("{}-canary", serving_image())}}}});
@@ -235,6 +252,7 @@ async fn two_modelservices_never_share_a_child() {
     env.apply_ms("pair-canary", cpu_spec()).await;
     conflict_named(
         &env,
+        &op,
         "pair-canary",
         "Deployment",
         "controlled by ModelService pair",
