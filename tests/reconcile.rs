@@ -324,6 +324,63 @@ async fn an_autoscaler_made_a_moment_ago_is_removed_before_the_cache_shows_it() 
     );
 }
 
+/// CI once saw ModelService `pair-canary` never report the conflict with
+/// `pair`'s canary (the Deployment `pair-canary`): when the caches had not
+/// yet seen that canary, our own write of the name a moment ago was taken
+/// as proof the name was ours, and `pair-canary`'s apply took the canary
+/// over. Here the caches lag on purpose (no `synced()`).
+#[tokio::test]
+async fn a_child_of_another_model_written_a_moment_ago_is_not_taken_over() {
+    let w = world(true).await;
+    let with_canary = json!({"model": {"name": "m"}, "runtime": {"image": "vllm/vllm-openai:v0.8.5"},
+        "resources": {"gpus": 0},
+        "rollout": {"canary": {"runtime": {"image": "vllm/vllm-openai:v0.9.0"}}}});
+    let pair = w.create("pair", with_canary).await;
+    w.reconcile(pair).await;
+    let canary = w
+        .api::<Deployment>()
+        .get("pair-canary")
+        .await
+        .expect("pair's canary");
+    let owners = |d: &Deployment| -> Vec<String> {
+        d.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .map(|o| o.name.clone())
+            .collect()
+    };
+    assert_eq!(owners(&canary), ["pair"]);
+    let other = w
+        .create(
+            "pair-canary",
+            json!({"model": {"name": "m"}, "runtime": {"image": "other:1"},
+            "resources": {"gpus": 0}}),
+        )
+        .await;
+    w.reconcile(other).await;
+    let after = w
+        .api::<Deployment>()
+        .get("pair-canary")
+        .await
+        .expect("canary");
+    assert_eq!(owners(&after), ["pair"], "taken over by pair-canary");
+    assert_eq!(
+        after
+            .spec
+            .template
+            .spec
+            .as_ref()
+            .and_then(|p| p.containers[0].image.clone()),
+        Some("vllm/vllm-openai:v0.9.0".into()),
+        "pair's canary changed"
+    );
+    assert_eq!(
+        condition(&w.get("pair-canary").await, "Degraded"),
+        Some(("True".into(), "ChildConflict".into()))
+    );
+}
+
 #[tokio::test]
 async fn an_invalid_spec_is_a_status_condition_and_no_children() {
     let w = world(true).await;
