@@ -334,7 +334,7 @@ async fn apply_one<C: Child>(
         return Ok((desired, (Outcome::Unchanged, kind.into_owned(), name)));
     }
     let api: Api<Cached<C>> = Api::namespaced(ctx.client.clone(), &ns);
-    ensure_ours::<C>(&api, desired, current.as_deref(), remembered.is_some()).await?;
+    ensure_ours::<C>(&api, desired, current.as_deref()).await?;
     if let Some(cur) = &current {
         // A child stamped with another fingerprint cannot hold the desired
         // object (the stamp is part of it): no need to compare the rest.
@@ -383,21 +383,26 @@ async fn apply_one<C: Child>(
 /// Fails with a conflict unless the object named like `desired` is ours to
 /// write: controlled by the owner `desired` names, or absent. The caches
 /// hold only objects we labelled, so one they lack may still exist (made by
-/// someone else): it is looked up, unless we wrote it a moment ago
-/// (`remembered`). Costs one GET per child the operator is about to create.
-/// An object made between that GET and our apply would still be taken; the
-/// window is one round trip.
+/// someone else, or by us a moment ago): it is looked up. Costs one GET per
+/// child the operator is about to create, or that the cache has not caught
+/// up with. An object made between that GET and our apply would still be
+/// taken; the window is one round trip.
+///
+/// Our own recent write of that name is no proof it is ours to write: it
+/// may have been another ModelService's child (the canary of `pair` is the
+/// Deployment `pair-canary`, the name of ModelService `pair-canary`'s own).
+/// Taking that shortcut while the cache lagged let `pair-canary`'s apply
+/// take over `pair`'s canary (one field manager for both), a child of
+/// another ModelService.
 async fn ensure_ours<C: Child>(
     api: &Api<Cached<C>>,
     desired: &C::Object,
     cached: Option<&Cached<C>>,
-    remembered: bool,
 ) -> Result<(), Error> {
     let kind = C::Object::kind(&());
     let owner = ownership::controller_uid(desired.meta()).unwrap_or_default();
     let found = match cached {
         Some(c) => Some(c.meta().clone()),
-        None if remembered => None,
         None => {
             let name = desired.meta().name.as_deref().unwrap_or_default();
             api.get_opt(name)
@@ -555,7 +560,9 @@ impl Stale<'_> {
     /// A child we created a moment ago may not be in the cache yet; our
     /// remembered write says it exists. Without that, a switch of engine
     /// right after the HPA was made left the HPA and the new ScaledObject
-    /// scaling one Deployment until the HPA's watch event came.
+    /// scaling one Deployment until the HPA's watch event came. The write
+    /// may have been for another ModelService's child of that name, so the
+    /// object is then read and its controller checked.
     async fn remove<C: Child>(&self, name: &str, unwanted: bool) -> Result<(), Error> {
         let cache = C::cache(&self.ctx.stores);
         if !unwanted || !C::DELETED_WHEN_UNWANTED || !cache.available() {
@@ -564,23 +571,31 @@ impl Stale<'_> {
         let ns = self.namespace;
         let kind = C::Object::kind(&());
         let key = recent::key(&kind, ns, name);
-        let ours = match cached(&cache.store, ns, name) {
-            Some(child) => child
-                .meta()
-                .owner_references
+        let api: Api<Cached<C>> = Api::namespaced(self.ctx.client.clone(), ns);
+        let controlled_by_us = |meta: &kube::api::ObjectMeta| {
+            meta.owner_references
                 .iter()
                 .flatten()
-                .any(|o| o.uid == self.owner_uid && o.controller == Some(true)),
-            None => self
+                .any(|o| o.uid == self.owner_uid && o.controller == Some(true))
+        };
+        let ours = match cached(&cache.store, ns, name) {
+            Some(child) => controlled_by_us(child.meta()),
+            None if self
                 .ctx
                 .applied
                 .newer_than_cache(&key, None, &cache.fresh)
-                .is_some(),
+                .is_some() =>
+            {
+                match api.get_opt(name).await {
+                    Ok(found) => found.is_some_and(|o| controlled_by_us(o.meta())),
+                    Err(e) => return Err(Error::kube(format!("looking up {kind} {ns}/{name}"), e)),
+                }
+            }
+            None => false,
         };
         if !ours {
             return Ok(());
         }
-        let api: Api<Cached<C>> = Api::namespaced(self.ctx.client.clone(), ns);
         match api.delete(name, &DeleteParams::background()).await {
             Ok(_) => {}
             Err(e) if is_not_found(&e) => {}
