@@ -18,17 +18,34 @@ async fn serves_metrics_health_and_readiness_and_exits_zero_on_sigterm() {
     env.apply_ms("metered", cpu_spec()).await;
     wait_ms(&env, "metered", "status", CONVERGE, |_| true).await;
 
-    let (code, body) = op.get("/metrics").expect("/metrics answers");
-    assert_eq!(code, 200);
-    for series in [
+    // A reconcile writes the status before it ends and is counted, so the
+    // first status can be seen a moment before the reconcile's series (CI
+    // once read /metrics in that moment): every series must come, soon.
+    let series = [
         "modelservice_reconcile_total",
         "modelservice_reconcile_duration_seconds_bucket",
         "modelservice_ready{",
         "modelservice_resources{",
         "modelservice_condition_reason{",
         "modelservice_leader 1",
-    ] {
-        assert!(body.contains(series), "/metrics lacks {series}:\n{body}");
+    ];
+    let deadline = std::time::Instant::now() + CONVERGE;
+    loop {
+        let (code, body) = op.get("/metrics").expect("/metrics answers");
+        assert_eq!(code, 200);
+        if series.iter().all(|s| body.contains(s)) {
+            break;
+        }
+        let missing: Vec<&str> = series
+            .iter()
+            .filter(|s| !body.contains(*s))
+            .copied()
+            .collect();
+        assert!(
+            std::time::Instant::now() < deadline,
+            "/metrics lacks {missing:?}:\n{body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
     op.signal("TERM");
