@@ -29,6 +29,7 @@ fn main() -> ExitCode {
                 &args.namespace,
                 &OperatorDefaults {
                     prometheus_address: args.prometheus_address.clone(),
+                    endpoint_picker_image: args.endpoint_picker_image.clone(),
                 },
             )
         })),
@@ -98,6 +99,7 @@ async fn run_command(args: RunArgs) -> Result<(), String> {
             surge_read_window: args.surge_read_window,
             defaults: OperatorDefaults {
                 prometheus_address: args.prometheus_address.clone(),
+                endpoint_picker_image: args.endpoint_picker_image.clone(),
             },
             ..ControllerConfig::default()
         },

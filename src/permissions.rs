@@ -175,10 +175,28 @@ pub fn cluster_rules() -> Vec<Rule> {
         Rule::new(
             "Read-only: diagnose why pods do not serve (InsufficientGPU, \
              ImagePullFailed, ...), from one watch of the pods labelled \
-             managed-by modelservice-operator.",
+             managed-by modelservice-operator. Get: the endpoint pickers' Role \
+             (route.backend InferencePool) grants get, list and watch on pods, \
+             and Kubernetes lets the operator grant only what it holds; the \
+             operator itself never gets a pod.",
             "",
             "pods",
-            &[List, Watch],
+            &[Get, List, Watch],
+        ),
+        Rule::new(
+            "Not used by the operator: the endpoint pickers' Role \
+             (route.backend InferencePool) grants get, list and watch on the \
+             Inference Extension's objectives and rewrites, and Kubernetes \
+             lets the operator grant only what it holds.",
+            crate::api::inference::EXPERIMENTAL_GROUP,
+            "inferenceobjectives",
+            &[Get, List, Watch],
+        ),
+        Rule::new(
+            "Not used by the operator: granted to the endpoint pickers, as above.",
+            crate::api::inference::EXPERIMENTAL_GROUP,
+            "inferencemodelrewrites",
+            &[Get, List, Watch],
         ),
         Rule::new(
             "Kubernetes Events on ModelServices.",
@@ -285,6 +303,38 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
+
+    /// The API server refuses a Role that grants more than its writer holds
+    /// (RBAC escalation prevention): the endpoint pickers' Role must be
+    /// within the operator's own rules, even when it watches one namespace.
+    #[test]
+    fn the_operator_holds_everything_the_endpoint_pickers_role_grants() {
+        let v = crate::core::validate(
+            &serde_yaml::from_str(
+                "apiVersion: serving.modelservice.dev/v1beta1\nkind: ModelService\nmetadata: {name: m, namespace: ns}\nspec: {model: {name: m}, runtime: {image: i}}\n",
+            )
+            .expect("parses"),
+            "ns",
+        )
+        .expect("valid");
+        let role = crate::core::endpoint_picker::role(&v, None);
+        let held = cluster_rules();
+        for rule in role.rules.unwrap_or_default() {
+            for group in rule.api_groups.iter().flatten() {
+                for resource in rule.resources.iter().flatten() {
+                    for verb in &rule.verbs {
+                        assert!(
+                            held.iter().any(|h| &h.api_group == group
+                                && &h.resource == resource
+                                && h.resource_names.is_empty()
+                                && h.verbs.iter().any(|v| v.as_str() == verb)),
+                            "the picker's Role grants {verb} {group}/{resource}, which the operator does not hold"
+                        );
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn named_rules_carry_only_verbs_names_can_limit() {

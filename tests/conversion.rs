@@ -222,19 +222,33 @@ fn version_strategy()
         proptest::option::of("[a-z]{1,8}"),
         prop::collection::vec("[a-z]{1,8}\\.example", 0..3),
         prop_oneof![Just("/"), Just("/v1")],
+        proptest::option::of(prop_oneof![
+            Just(api::RouteBackend::Service),
+            Just(api::RouteBackend::InferencePool)
+        ]),
+        proptest::option::of(prop_oneof![
+            Just(api::FailureMode::FailOpen),
+            Just(api::FailureMode::FailClose)
+        ]),
     )
-        .prop_map(|(gw, ns, hostnames, path)| api::Route {
-            parent_refs: vec![api::ParentReference {
-                name: gw,
-                namespace: ns,
-                section_name: None,
-                port: None,
-                group: None,
-                kind: None,
-            }],
-            hostnames,
-            path: path.to_string(),
-        });
+        .prop_map(
+            |(gw, ns, hostnames, path, backend, failure_mode)| api::Route {
+                parent_refs: vec![api::ParentReference {
+                    name: gw,
+                    namespace: ns,
+                    section_name: None,
+                    port: None,
+                    group: None,
+                    kind: None,
+                }],
+                hostnames,
+                path: path.to_string(),
+                // The schema allows inferencePool only with backend InferencePool.
+                inference_pool: (backend == Some(api::RouteBackend::InferencePool))
+                    .then_some(api::InferencePoolOptions { failure_mode }),
+                backend,
+            },
+        );
     (
         proptest::option::of(prop_oneof![Just(api::Surge::Auto), Just(api::Surge::Never)]),
         proptest::option::of(canary),

@@ -64,13 +64,20 @@ pub struct PathMatch {
     pub value: String,
 }
 
-/// A Service in the route's namespace, with its share of the traffic.
-/// `group` and `kind` are left out: the API's defaults ("" and Service) are
-/// what is meant, and a server-side apply would otherwise fight the defaults.
+/// A backend in the route's namespace, with its share of the traffic. For a
+/// Service `group` and `kind` are left out: the API's defaults ("" and
+/// Service) are what is meant, and a server-side apply would otherwise fight
+/// the defaults. An InferencePool names its group and kind, and no port (the
+/// pool has its own target ports).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct BackendRef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     pub name: String,
-    pub port: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<i32>,
     pub weight: i32,
 }
 

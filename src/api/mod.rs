@@ -12,6 +12,7 @@ pub mod bounds;
 mod crd;
 mod defaults;
 pub mod gateway;
+pub mod inference;
 pub mod keda;
 pub mod schema_check;
 mod status;
@@ -23,11 +24,11 @@ pub use crd::{
 };
 pub use defaults::{DEFAULT_GPU_RESOURCE, DEFAULT_METRIC, DEFAULT_PORT};
 pub use status::{
-    AutoscalerStatus, ModelServiceStatus, RouteParentStatus, RouteStatus, TrackStatus,
+    AutoscalerStatus, ModelServiceStatus, PoolStatus, RouteParentStatus, RouteStatus, TrackStatus,
     TracksStatus, condition_types,
 };
 pub use v1beta1::{
-    Autoscaling, Canary, CanaryModel, CanaryRuntime, Engine, Model, ModelService, ModelServiceSpec,
-    ParentReference, Preset, PrometheusSource, Resources, Rollout, RolloutStrategy, Route, Runtime,
-    Scheduling, Surge,
+    Autoscaling, Canary, CanaryModel, CanaryRuntime, Engine, FailureMode, InferencePoolOptions,
+    Model, ModelService, ModelServiceSpec, ParentReference, Preset, PrometheusSource, Resources,
+    Rollout, RolloutStrategy, Route, RouteBackend, Runtime, Scheduling, Surge,
 };

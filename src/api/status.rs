@@ -76,6 +76,27 @@ pub struct RouteStatus {
     /// What each parent Gateway reported (the HTTPRoute's status.parents): its Accepted and ResolvedRefs conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parents: Vec<RouteParentStatus>,
+    /// With route.backend InferencePool: each InferencePool the route sends to (one per track), whether its Gateways accepted it, and whether its endpoint picker is ready.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<PoolStatus>,
+}
+
+/// One InferencePool and its endpoint picker.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolStatus {
+    /// The InferencePool's name.
+    pub name: String,
+    /// True when every Gateway that reported on the pool accepted it and resolved its endpoint picker; False when one did not; unset until one reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted: Option<bool>,
+    /// What each Gateway reported on the pool (the InferencePool's status.parents): its Accepted and ResolvedRefs conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parents: Vec<RouteParentStatus>,
+    /// The endpoint picker's Deployment.
+    pub endpoint_picker: String,
+    /// Its ready pods: with none, a FailClose pool refuses every request through the Gateway.
+    pub endpoint_picker_ready_replicas: i32,
 }
 
 /// One parent Gateway's view of the route.

@@ -312,7 +312,8 @@ pub struct CanaryRuntime {
 }
 
 /// Exposure through a Gateway API HTTPRoute.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[x_kube(validation = kube::core::Rule::new("!has(self.inferencePool) || (has(self.backend) && self.backend == 'InferencePool')").message("route.inferencePool is only used with route.backend InferencePool").field_path(".inferencePool"))]
 #[serde(rename_all = "camelCase")]
 pub struct Route {
     /// The Gateways (or their listeners) the route attaches to.
@@ -326,6 +327,41 @@ pub struct Route {
     #[serde(default = "default_route_path")]
     #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/"))]
     pub path: String,
+    /// What the route sends requests to. Service (the default): the model's Service, round-robin over its pods. InferencePool: an InferencePool <name> (inference.networking.k8s.io/v1) with an endpoint picker <name>-epp, which sends each request to the pod whose queue, KV cache and loaded LoRA adapters suit it best; the Gateway must support the Gateway API Inference Extension. With rollout.canary, each track gets its own pool and the route weighs the two pools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<RouteBackend>,
+    /// With backend InferencePool: how the Gateway treats the endpoint picker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inference_pool: Option<InferencePoolOptions>,
+}
+
+/// What an HTTPRoute sends requests to.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum RouteBackend {
+    /// The model's Service: every pod alike.
+    #[default]
+    Service,
+    /// An InferencePool with an endpoint picker: each request to the pod best placed to serve it.
+    InferencePool,
+}
+
+/// The InferencePool's endpoint picker, as the Gateway uses it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InferencePoolOptions {
+    /// What the Gateway does when the endpoint picker does not answer: FailClose (the default) refuses the request; FailOpen sends it to a pod of the Gateway's own choosing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_mode: Option<FailureMode>,
+}
+
+/// The InferencePool's failureMode.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum FailureMode {
+    /// Refuse the request while the endpoint picker does not answer.
+    #[default]
+    FailClose,
+    /// Route the request anyway, without the endpoint picker's choice.
+    FailOpen,
 }
 
 /// A Gateway (or one of its listeners), as Gateway API's parentRefs name it.
@@ -433,6 +469,21 @@ impl Rollout {
     /// The surge policy in effect (Auto when unset).
     pub fn surge(&self) -> Surge {
         self.surge.unwrap_or_default()
+    }
+}
+
+impl Route {
+    /// The backend in effect (Service when unset).
+    pub fn backend(&self) -> RouteBackend {
+        self.backend.unwrap_or_default()
+    }
+
+    /// The pool's failure mode in effect (FailClose when unset).
+    pub fn failure_mode(&self) -> FailureMode {
+        self.inference_pool
+            .as_ref()
+            .and_then(|p| p.failure_mode)
+            .unwrap_or_default()
     }
 }
 

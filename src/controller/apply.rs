@@ -12,17 +12,20 @@ use kube::{Api, Resource};
 use tracing::warn;
 
 use super::children::{
-    self, Cached, Child, DeploymentChild, HpaChild, HttpRouteChild, ScaledObjectChild, ServiceChild,
+    self, Cached, Child, ConfigMapChild, DeploymentChild, HpaChild, HttpRouteChild,
+    InferencePoolChild, RoleBindingChild, RoleChild, ScaledObjectChild, ServiceAccountChild,
+    ServiceChild,
 };
 use super::error::is_not_found;
 use super::lean::{Lean, LeanDeployment};
 use super::observe::cached;
 use super::{Context, Error, recent};
-use crate::core::Children;
+use crate::core::endpoint_picker;
 use crate::core::fingerprint::{ANNOTATION, stamp};
 use crate::core::ownership;
 use crate::core::subset::is_subset;
 use crate::core::tracks;
+use crate::core::{Children, PoolChildren, Pools};
 
 /// The field manager of every write the operator makes: server-side apply
 /// of children, status and finalizer patches. One manager, so that the
@@ -68,8 +71,19 @@ pub struct Applied {
     /// The HTTPRoute, with a route and Gateway API served: its status says
     /// whether its Gateways accepted it.
     pub route: Option<Cached<HttpRouteChild>>,
+    /// The InferencePools with their pickers' Deployments, with
+    /// `route.backend: InferencePool` and the pool's API served.
+    pub pools: Vec<AppliedPool>,
     /// Kinds the spec asks for whose API the cluster does not serve.
     pub unavailable: Vec<String>,
+}
+
+/// One InferencePool as applied (its status says whether its Gateways
+/// accepted it) and its endpoint picker's Deployment.
+#[derive(Clone, Debug)]
+pub struct AppliedPool {
+    pub pool: Cached<InferencePoolChild>,
+    pub picker: LeanDeployment,
 }
 
 /// Applies `children` and deletes the ones no longer wanted.
@@ -119,6 +133,7 @@ async fn apply_all(
         stable_service,
         canary_service,
         route,
+        pools,
     } = children;
     let (Some(name), Some(ns)) = (
         deployment.metadata.name.as_deref(),
@@ -198,14 +213,112 @@ async fn apply_all(
             None
         }
     };
-    let route = apply_wanted::<HttpRouteChild>(ctx, route.as_ref(), done, &mut unavailable).await?;
+    let pool_api = InferencePoolChild::cache(&ctx.stores).available();
+    let (route, pools) = match pools {
+        // Without the pool's API, neither the pickers nor a route to a
+        // pool that cannot exist: a route already there keeps serving.
+        Some(_) if !pool_api => {
+            unavailable.push(crate::api::inference::KIND.to_string());
+            (None, Vec::new())
+        }
+        Some(p) => {
+            let applied = apply_pools(ctx, p, done, &mut unavailable).await?;
+            // A pool answered 404: its API went away in between.
+            let route = if applied.is_empty() {
+                None
+            } else {
+                apply_wanted::<HttpRouteChild>(ctx, route.as_ref(), done, &mut unavailable).await?
+            };
+            (route, applied)
+        }
+        None => (
+            apply_wanted::<HttpRouteChild>(ctx, route.as_ref(), done, &mut unavailable).await?,
+            Vec::new(),
+        ),
+    };
+    // Pools go once the route no longer sends to them.
+    remove_stale_pools(&stale, name, pools_wanted(children)).await?;
     Ok(Applied {
         deployment,
         scaled_object,
         canary,
         route,
+        pools,
         unavailable,
     })
+}
+
+/// Which of one ModelService's pools the spec wants: (stable, canary).
+fn pools_wanted(children: &Children) -> (bool, bool) {
+    let p = children.pools.as_ref();
+    (p.is_some(), p.is_some_and(|p| p.canary.is_some()))
+}
+
+/// The endpoint pickers' shared objects, then each pool's picker and the
+/// pool itself. Empty when the pool's API answered 404.
+async fn apply_pools(
+    ctx: &Context,
+    pools: &Pools,
+    done: &mut Vec<Done>,
+    unavailable: &mut Vec<String>,
+) -> Result<Vec<AppliedPool>, Error> {
+    let Pools {
+        stable,
+        canary,
+        service_account,
+        role,
+        role_binding,
+        config,
+    } = pools;
+    done.push(
+        apply_one::<ServiceAccountChild>(ctx, service_account)
+            .await?
+            .1,
+    );
+    done.push(apply_one::<RoleChild>(ctx, role).await?.1);
+    done.push(apply_one::<RoleBindingChild>(ctx, role_binding).await?.1);
+    done.push(apply_one::<ConfigMapChild>(ctx, config).await?.1);
+    let mut applied = Vec::new();
+    for one in std::iter::once(stable).chain(canary) {
+        let PoolChildren {
+            pool,
+            picker,
+            picker_service,
+        } = one;
+        let (picker, d) = apply_one::<DeploymentChild>(ctx, picker).await?;
+        done.push(d);
+        done.push(apply_one::<ServiceChild>(ctx, picker_service).await?.1);
+        match apply_wanted::<InferencePoolChild>(ctx, Some(pool), done, unavailable).await? {
+            Some(pool) => applied.push(AppliedPool { pool, picker }),
+            None => return Ok(Vec::new()),
+        }
+    }
+    Ok(applied)
+}
+
+/// Deletes the pools, pickers and picker objects the spec no longer wants:
+/// all of them without `route.backend: InferencePool`, the canary's without
+/// a canary.
+async fn remove_stale_pools(
+    stale: &Stale<'_>,
+    name: &str,
+    (stable, canary): (bool, bool),
+) -> Result<(), Error> {
+    let canary_pool = tracks::canary_name(name);
+    for (pool, wanted) in [(name, stable), (canary_pool.as_str(), canary)] {
+        let picker = endpoint_picker::picker_name(pool);
+        stale.remove::<InferencePoolChild>(pool, !wanted).await?;
+        stale.remove::<DeploymentChild>(&picker, !wanted).await?;
+        stale.remove::<ServiceChild>(&picker, !wanted).await?;
+    }
+    let shared = endpoint_picker::shared_name(name);
+    stale.remove::<RoleBindingChild>(&shared, !stable).await?;
+    stale.remove::<RoleChild>(&shared, !stable).await?;
+    stale
+        .remove::<ServiceAccountChild>(&shared, !stable)
+        .await?;
+    stale.remove::<ConfigMapChild>(&shared, !stable).await?;
+    Ok(())
 }
 
 /// Whether `desired` asks for fewer replicas than its cached copy has.
@@ -621,6 +734,8 @@ pub fn forget(ctx: &Context, namespace: &str, name: &str) {
         name.to_string(),
         tracks::canary_name(name),
         tracks::stable_service_name(name),
+        endpoint_picker::picker_name(name),
+        endpoint_picker::picker_name(&tracks::canary_name(name)),
     ];
     for kind in children::kinds() {
         for n in &names {

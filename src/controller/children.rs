@@ -16,7 +16,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::Resource;
 use kube::core::NamespaceResourceScope;
 use kube::runtime::reflector;
@@ -28,6 +29,7 @@ use super::freshness::Freshness;
 use super::lean::Lean;
 use super::pods::{PodIndex, PodView, PodWriter};
 use crate::api::gateway::HttpRoute;
+use crate::api::inference::InferencePool;
 use crate::api::keda::ScaledObject;
 use crate::permissions::{Rule, Verb};
 
@@ -131,6 +133,73 @@ impl Child for HttpRouteChild {
     }
 }
 
+/// The Inference Extension's InferencePool: with `route.backend:
+/// InferencePool`, one per track. Its status says whether its Gateways
+/// accepted it.
+pub struct InferencePoolChild;
+impl Child for InferencePoolChild {
+    const WHY: &'static str = "Gateway API Inference Extension, with route.backend InferencePool (one per track); deleted when the route, the canary or that backend is removed. The endpoint pickers' Role grants get, list and watch on it, so the operator holds them too. Discovering inference.networking.k8s.io/v1 needs no permission.";
+    type Object = InferencePool;
+    type Status = serde_json::Value;
+    const OPTIONAL: bool = true;
+    const DELETED_WHEN_UNWANTED: bool = true;
+    fn cache(stores: &Stores) -> &Cache<Cached<Self>> {
+        &stores.pools
+    }
+}
+
+/// The endpoint pickers' ServiceAccount, `<name>-epp`.
+pub struct ServiceAccountChild;
+impl Child for ServiceAccountChild {
+    const WHY: &'static str = "the identity of an InferencePool's endpoint picker, with route.backend InferencePool; deleted with that backend.";
+    type Object = ServiceAccount;
+    type Status = IgnoredAny;
+    const OPTIONAL: bool = false;
+    const DELETED_WHEN_UNWANTED: bool = true;
+    fn cache(stores: &Stores) -> &Cache<Cached<Self>> {
+        &stores.service_accounts
+    }
+}
+
+/// The endpoint pickers' Role, `<name>-epp`: read pods and pools.
+pub struct RoleChild;
+impl Child for RoleChild {
+    const WHY: &'static str = "what an endpoint picker reads in its namespace (pods, inferencepools, inferenceobjectives, inferencemodelrewrites: get, list, watch), with route.backend InferencePool; deleted with that backend. Kubernetes lets the operator grant only what it holds itself.";
+    type Object = Role;
+    type Status = IgnoredAny;
+    const OPTIONAL: bool = false;
+    const DELETED_WHEN_UNWANTED: bool = true;
+    fn cache(stores: &Stores) -> &Cache<Cached<Self>> {
+        &stores.roles
+    }
+}
+
+/// The endpoint pickers' RoleBinding, `<name>-epp`.
+pub struct RoleBindingChild;
+impl Child for RoleBindingChild {
+    const WHY: &'static str = "binds the endpoint picker's Role to its ServiceAccount and nothing else, with route.backend InferencePool; deleted with that backend.";
+    type Object = RoleBinding;
+    type Status = IgnoredAny;
+    const OPTIONAL: bool = false;
+    const DELETED_WHEN_UNWANTED: bool = true;
+    fn cache(stores: &Stores) -> &Cache<Cached<Self>> {
+        &stores.role_bindings
+    }
+}
+
+/// The endpoint pickers' plugin configuration, `<name>-epp`.
+pub struct ConfigMapChild;
+impl Child for ConfigMapChild {
+    const WHY: &'static str = "the endpoint picker's plugin configuration, with route.backend InferencePool; deleted with that backend.";
+    type Object = ConfigMap;
+    type Status = IgnoredAny;
+    const OPTIONAL: bool = false;
+    const DELETED_WHEN_UNWANTED: bool = true;
+    fn cache(stores: &Stores) -> &Cache<Cached<Self>> {
+        &stores.config_maps
+    }
+}
+
 /// Something done once per row, in table order (see [`each_child`]).
 pub trait ForEachChild {
     fn visit<C: Child>(&mut self);
@@ -213,6 +282,11 @@ child_table! {
     hpas: HpaChild,
     scaled_objects: ScaledObjectChild,
     routes: HttpRouteChild,
+    pools: InferencePoolChild,
+    service_accounts: ServiceAccountChild,
+    roles: RoleChild,
+    role_bindings: RoleBindingChild,
+    config_maps: ConfigMapChild,
 }
 
 impl Stores {
@@ -298,7 +372,12 @@ mod tests {
                 "services",
                 "horizontalpodautoscalers",
                 "scaledobjects",
-                "httproutes"
+                "httproutes",
+                "inferencepools",
+                "serviceaccounts",
+                "roles",
+                "rolebindings",
+                "configmaps"
             ]
         );
         // A canary's Deployment and the track Services go with the canary.
@@ -317,6 +396,8 @@ mod tests {
         assert!(stores.deployments.available());
         assert!(!stores.scaled_objects.available());
         assert!(!stores.routes.available());
+        assert!(!stores.pools.available());
+        assert!(stores.roles.available());
         assert_eq!(
             kinds(),
             [
@@ -324,7 +405,12 @@ mod tests {
                 "Service",
                 "HorizontalPodAutoscaler",
                 "ScaledObject",
-                "HTTPRoute"
+                "HTTPRoute",
+                "InferencePool",
+                "ServiceAccount",
+                "Role",
+                "RoleBinding",
+                "ConfigMap"
             ]
         );
     }

@@ -50,9 +50,22 @@ pub struct Lean<K, S = IgnoredAny> {
     labels: Option<Box<RawValue>>,
     annotations: Option<Box<RawValue>>,
     pub spec: Option<Box<RawValue>>,
+    /// What a kind without a spec carries instead (see [`BODY_FIELDS`]).
+    body: Vec<(&'static str, Box<RawValue>)>,
     pub status: Option<S>,
     kind: PhantomData<fn() -> K>,
 }
+
+/// The top-level fields, besides metadata and spec, that the operator sets
+/// on some child and so must compare: a ConfigMap's data, a Role's rules, a
+/// RoleBinding's roleRef and subjects, a ServiceAccount's token mount.
+const BODY_FIELDS: [&str; 5] = [
+    "data",
+    "rules",
+    "roleRef",
+    "subjects",
+    "automountServiceAccountToken",
+];
 
 /// The object as it comes from the wire.
 #[derive(Deserialize)]
@@ -64,6 +77,16 @@ struct Wire<S> {
     spec: Option<Box<RawValue>>,
     #[serde(default)]
     status: Option<S>,
+    #[serde(default)]
+    data: Option<Box<RawValue>>,
+    #[serde(default)]
+    rules: Option<Box<RawValue>>,
+    #[serde(default, rename = "roleRef")]
+    role_ref: Option<Box<RawValue>>,
+    #[serde(default)]
+    subjects: Option<Box<RawValue>>,
+    #[serde(default, rename = "automountServiceAccountToken")]
+    automount: Option<Box<RawValue>>,
 }
 
 impl<'de, K, S: DeserializeOwned> Deserialize<'de> for Lean<K, S> {
@@ -71,12 +94,18 @@ impl<'de, K, S: DeserializeOwned> Deserialize<'de> for Lean<K, S> {
         let w = Wire::<S>::deserialize(d)?;
         let owns_replicas = w.metadata.managed_fields.as_ref().is_some_and(|m| m.0);
         let (metadata, labels, annotations) = w.metadata.split();
+        let body = BODY_FIELDS
+            .into_iter()
+            .zip([w.data, w.rules, w.role_ref, w.subjects, w.automount])
+            .filter_map(|(k, v)| Some((k, v?)))
+            .collect();
         Ok(Self {
             metadata,
             owns_replicas,
             labels,
             annotations,
             spec: w.spec,
+            body,
             status: w.status,
             kind: PhantomData,
         })
@@ -98,6 +127,7 @@ impl<K, S: Clone> Clone for Lean<K, S> {
             labels: self.labels.clone(),
             annotations: self.annotations.clone(),
             spec: self.spec.clone(),
+            body: self.body.clone(),
             status: self.status.clone(),
             kind: PhantomData,
         }
@@ -158,12 +188,18 @@ impl<K: Resource<DynamicType = ()>, S> Lean<K, S> {
                 }
             }
         }
-        Ok(serde_json::json!({
+        let mut object = serde_json::json!({
             "apiVersion": K::api_version(&()),
             "kind": K::kind(&()),
             "metadata": metadata,
             "spec": parse(&self.spec)?,
-        }))
+        });
+        if let Some(o) = object.as_object_mut() {
+            for (key, raw) in &self.body {
+                o.insert((*key).to_string(), serde_json::from_str(raw.get())?);
+            }
+        }
+        Ok(object)
     }
 
     /// One annotation's value.
@@ -181,12 +217,19 @@ impl<K: Resource<DynamicType = ()>, S> Lean<K, S> {
             Some(s) if !s.is_null() => Some(serde_json::value::to_raw_value(s)?),
             _ => None,
         };
+        let mut body = Vec::new();
+        for key in BODY_FIELDS {
+            if let Some(v) = desired.get(key).filter(|v| !v.is_null()) {
+                body.push((key, serde_json::value::to_raw_value(v)?));
+            }
+        }
         Ok(Self {
             metadata,
             owns_replicas: false,
             labels,
             annotations,
             spec,
+            body,
             status: None,
             kind: PhantomData,
         })

@@ -17,12 +17,12 @@ use super::guarded::Guarded;
 use super::lean::LeanDeployment;
 use super::observe::{Track, cached, pods};
 use super::{Context, Error, apply, invalid, report, surge};
-use crate::api::{Engine, ModelService};
+use crate::api::{Engine, ModelService, RouteBackend};
 use crate::core::canary_wait::CanaryWaiting;
 use crate::core::diagnosis::{GpuRequest, Problem};
 use crate::core::rollback::{self, RolledBack};
 use crate::core::status::{KedaSeen, Observed, compute, needs_pods, now_seconds};
-use crate::core::strategy_status::{CanarySeen, RouteSeen};
+use crate::core::strategy_status::{CanarySeen, PoolSeen, PoolsSeen, RouteSeen};
 use crate::core::tracks::{self, CANARY, Weights};
 use crate::core::{plan, reasons, validate_with};
 
@@ -123,6 +123,9 @@ struct Acted {
     canary: Option<LeanDeployment>,
     /// The HTTPRoute, with a route and Gateway API served.
     route: Option<Cached<HttpRouteChild>>,
+    /// The InferencePools and their pickers, with `route.backend:
+    /// InferencePool` and the pool's API served.
+    pools: Vec<apply::AppliedPool>,
     /// The route's weights, with a route and a canary.
     weights: Option<Weights>,
     /// The canary's rollback, when it is rolled back.
@@ -162,6 +165,7 @@ impl Acted {
             scaled_object: None,
             canary,
             route: None,
+            pools: Vec::new(),
             weights: None,
             rolled_back,
             blocked: Some(problem),
@@ -239,6 +243,7 @@ async fn validate_build_apply(
             scaled_object: applied.scaled_object,
             canary: applied.canary,
             route: applied.route,
+            pools: applied.pools,
             weights: plan.weights,
             rolled_back: plan.rolled_back,
             canary_waiting: prior.canary_waiting,
@@ -298,6 +303,21 @@ async fn report_status(
         .filter(|a| a.engine() == Engine::Keda);
     let scaled_object_status = acted.scaled_object.as_ref().and_then(|s| s.status.as_ref());
     let rollout_decision = acted.deployment.as_ref().and_then(surge::on);
+    let pools: Vec<PoolSeen<'_>> = acted
+        .pools
+        .iter()
+        .map(|p| PoolSeen {
+            name: p.pool.metadata.name.as_deref().unwrap_or_default(),
+            status: p.pool.status.as_ref(),
+            picker: p.picker.metadata.name.as_deref().unwrap_or_default(),
+            picker_ready: p
+                .picker
+                .state()
+                .status
+                .and_then(|s| s.ready_replicas)
+                .unwrap_or(0),
+        })
+        .collect();
     let observed = Observed {
         name,
         namespace: ns,
@@ -329,6 +349,13 @@ async fn report_status(
             status: acted.route.as_ref().and_then(|r| r.status.as_ref()),
             parents: r.parent_refs.len(),
             weights_why: acted.weights.as_ref().and_then(|w| w.why.as_deref()),
+            pools: (r.backend() == RouteBackend::InferencePool).then_some(PoolsSeen {
+                installed: !acted
+                    .unavailable
+                    .iter()
+                    .any(|k| k == crate::api::inference::KIND),
+                pools: &pools,
+            }),
         }),
     };
     let seen = report::effective_status(ctx, ms);

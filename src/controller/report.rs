@@ -473,6 +473,7 @@ mod tests {
                 accepted: None,
                 message: Some("waiting".into()),
                 parents: vec![],
+                pools: vec![],
             }),
             ..ModelServiceStatus::default()
         };

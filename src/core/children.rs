@@ -4,7 +4,8 @@
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde_json::Value;
 
@@ -13,8 +14,9 @@ use super::rollback::{self, RolledBack};
 use super::route::{self, Backend};
 use super::subset::is_subset;
 use super::tracks::{self, CANARY, Readiness, STABLE, Weights};
-use super::{ValidSpec, deployment, hpa, keda, service};
+use super::{ValidSpec, deployment, endpoint_picker, hpa, keda, pool, service};
 use crate::api::gateway::HttpRoute;
+use crate::api::inference::InferencePool;
 use crate::api::keda::ScaledObject;
 
 /// What should exist for one ModelService. `None` means that child must
@@ -35,6 +37,30 @@ pub struct Children {
     pub canary_service: Option<Service>,
     /// The HTTPRoute, with `route`.
     pub route: Option<HttpRoute>,
+    /// The InferencePools and their endpoint pickers, with `route.backend:
+    /// InferencePool`.
+    pub pools: Option<Pools>,
+}
+
+/// One InferencePool and its endpoint picker.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolChildren {
+    pub pool: InferencePool,
+    /// The picker's Deployment and Service, `<pool>-epp`.
+    pub picker: Deployment,
+    pub picker_service: Service,
+}
+
+/// The pools of one ModelService: `<name>`, and `<name>-canary` with
+/// `rollout.canary`, with what their pickers share, all named `<name>-epp`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pools {
+    pub stable: PoolChildren,
+    pub canary: Option<PoolChildren>,
+    pub service_account: ServiceAccount,
+    pub role: Role,
+    pub role_binding: RoleBinding,
+    pub config: ConfigMap,
 }
 
 /// What the children depend on besides the spec: the world as the
@@ -147,28 +173,53 @@ pub fn plan(v: &ValidSpec, owner: Option<&OwnerReference>, prior: &Prior) -> Pla
             },
         )
     });
+    let pooled = pool::wanted(v);
     let backends = match &weights {
+        Some(w) if pooled => {
+            let pools = [
+                Backend::pool(v.name.clone(), w.stable),
+                Backend::pool(tracks::canary_name(&v.name), w.canary),
+            ];
+            // A gateway that cannot weigh two pools still serves the
+            // stable one while the canary gets nothing.
+            if pools.iter().any(|b| b.weight > 0) {
+                pools.into_iter().filter(|b| b.weight > 0).collect()
+            } else {
+                pools.to_vec()
+            }
+        }
+        None if pooled => vec![Backend::pool(v.name.clone(), 1)],
         // Stable pods made before tracks existed are only reachable through
         // the Service of both tracks, until their next rollout labels them.
         Some(w) => vec![
-            Backend {
-                service: if stable_labelled {
+            Backend::service(
+                if stable_labelled {
                     tracks::stable_service_name(&v.name)
                 } else {
                     v.name.clone()
                 },
-                weight: w.stable,
-            },
-            Backend {
-                service: tracks::canary_name(&v.name),
-                weight: w.canary,
-            },
+                w.stable,
+            ),
+            Backend::service(tracks::canary_name(&v.name), w.canary),
         ],
-        None => vec![Backend {
-            service: v.name.clone(),
-            weight: 1,
-        }],
+        None => vec![Backend::service(v.name.clone(), 1)],
     };
+    let pools = pooled.then(|| {
+        let stable_track = (with_canary.is_some() && stable_labelled).then_some(STABLE);
+        let one = |name: String, track: Option<&str>| PoolChildren {
+            pool: pool::build(v, &name, track, owner),
+            picker: endpoint_picker::deployment(v, &name, &v.endpoint_picker_image, owner),
+            picker_service: endpoint_picker::service(v, &name, owner),
+        };
+        Pools {
+            stable: one(v.name.clone(), stable_track),
+            canary: with_canary.map(|_| one(tracks::canary_name(&v.name), Some(CANARY))),
+            service_account: endpoint_picker::service_account(v, owner),
+            role: endpoint_picker::role(v, owner),
+            role_binding: endpoint_picker::role_binding(v, owner),
+            config: endpoint_picker::config(v, owner),
+        }
+    });
     Plan {
         children: Children {
             deployment,
@@ -179,6 +230,7 @@ pub fn plan(v: &ValidSpec, owner: Option<&OwnerReference>, prior: &Prior) -> Pla
             stable_service: with_canary.map(|_| tracks::track_service(v, owner, STABLE)),
             canary_service: with_canary.map(|_| tracks::track_service(v, owner, CANARY)),
             route: route::build(v, owner, &backends),
+            pools,
         },
         weights,
         rolled_back,
@@ -198,6 +250,7 @@ impl Children {
             stable_service,
             canary_service,
             route,
+            pools,
         } = self;
         let mut docs = vec![
             serde_yaml::to_string(deployment)?,
@@ -214,6 +267,34 @@ impl Children {
         }
         for s in [stable_service, canary_service].into_iter().flatten() {
             docs.push(serde_yaml::to_string(s)?);
+        }
+        if let Some(p) = pools {
+            let Pools {
+                stable,
+                canary,
+                service_account,
+                role,
+                role_binding,
+                config,
+            } = p;
+            docs.extend([
+                serde_yaml::to_string(service_account)?,
+                serde_yaml::to_string(role)?,
+                serde_yaml::to_string(role_binding)?,
+                serde_yaml::to_string(config)?,
+            ]);
+            for one in std::iter::once(stable).chain(canary) {
+                let PoolChildren {
+                    pool,
+                    picker,
+                    picker_service,
+                } = one;
+                docs.extend([
+                    serde_yaml::to_string(picker)?,
+                    serde_yaml::to_string(picker_service)?,
+                    serde_yaml::to_string(pool)?,
+                ]);
+            }
         }
         if let Some(r) = route {
             docs.push(serde_yaml::to_string(r)?);
@@ -362,6 +443,8 @@ spec:
             }],
             hostnames: vec![],
             path: "/".into(),
+            backend: None,
+            inference_pool: None,
         });
         v
     }
@@ -561,6 +644,149 @@ spec:
         let p = plan(&canary_and_route(), None, &prior);
         assert_eq!(p.children.deployment, old, "no restart of the stable pods");
         assert_eq!(backends(&p.children)[0], ("llama".to_string(), 75));
+    }
+
+    fn pooled(v: &mut ValidSpec) {
+        if let Some(r) = v.spec.route.as_mut() {
+            r.backend = Some(crate::api::RouteBackend::InferencePool);
+        }
+    }
+
+    fn kinds_of(c: &Children) -> Vec<(String, String)> {
+        c.route
+            .as_ref()
+            .map(|r| {
+                r.spec.rules[0]
+                    .backend_refs
+                    .iter()
+                    .map(|b| (b.kind.clone().unwrap_or_default(), b.name.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn with_a_pool_backend_the_route_sends_to_the_pool_behind_its_picker() {
+        let mut v = canary_and_route();
+        v.spec.rollout.canary = None;
+        pooled(&mut v);
+        let p = plan(&v, None, &Prior::offline());
+        assert_eq!(
+            kinds_of(&p.children),
+            [("InferencePool".to_string(), "llama".to_string())]
+        );
+        let pools = p.children.pools.as_ref().expect("pools");
+        assert!(pools.canary.is_none());
+        assert_eq!(pools.stable.pool.metadata.name.as_deref(), Some("llama"));
+        assert_eq!(
+            pools.stable.pool.spec.selector.match_labels,
+            selector_labels_of("llama"),
+            "every pod of the model, whatever its track"
+        );
+        assert_eq!(
+            pools.stable.picker.metadata.name.as_deref(),
+            Some("llama-epp")
+        );
+        assert_eq!(
+            pools
+                .stable
+                .picker
+                .spec
+                .template
+                .spec
+                .as_ref()
+                .and_then(|s| s.containers[0].image.as_deref()),
+            Some(crate::core::endpoint_picker::DEFAULT_IMAGE)
+        );
+        let y = p.children.to_yaml().expect("yaml");
+        for kind in [
+            "InferencePool",
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
+            "ConfigMap",
+        ] {
+            assert!(
+                y.contains(&format!("kind: {kind}\n")),
+                "render shows the {kind}: {y}"
+            );
+        }
+        // Back to the Service: no pool.
+        let p = plan(&canary_and_route(), None, &Prior::offline());
+        assert!(p.children.pools.is_none());
+    }
+
+    fn selector_labels_of(name: &str) -> std::collections::BTreeMap<String, String> {
+        crate::core::labels::selector_labels(name)
+    }
+
+    #[test]
+    fn a_canary_with_pools_gets_its_own_pool_and_weight_only_while_it_serves() {
+        let mut v = canary_and_route();
+        pooled(&mut v);
+        let p = plan(&v, None, &Prior::offline());
+        assert_eq!(
+            backends(&p.children),
+            [("llama".to_string(), 75), ("llama-canary".to_string(), 25)]
+        );
+        let pools = p.children.pools.as_ref().expect("pools");
+        let canary = pools.canary.as_ref().expect("canary pool");
+        assert_eq!(
+            canary
+                .pool
+                .spec
+                .selector
+                .match_labels
+                .get(tracks::TRACK_LABEL)
+                .map(String::as_str),
+            Some("canary")
+        );
+        assert_eq!(
+            canary.picker.metadata.name.as_deref(),
+            Some("llama-canary-epp")
+        );
+        assert_eq!(
+            pools
+                .stable
+                .pool
+                .spec
+                .selector
+                .match_labels
+                .get(tracks::TRACK_LABEL)
+                .map(String::as_str),
+            Some("stable")
+        );
+        // A canary without ready pods: the route names the stable pool only,
+        // so a Gateway that cannot weigh two pools still serves.
+        let unready = Prior {
+            readiness: Readiness {
+                stable_ready: 2,
+                canary_ready: 0,
+                canary_rolled_back: false,
+            },
+            ..Prior::default()
+        };
+        let p = plan(&v, None, &unready);
+        assert_eq!(backends(&p.children), [("llama".to_string(), 100)]);
+        assert!(
+            p.children
+                .pools
+                .as_ref()
+                .is_some_and(|p| p.canary.is_some()),
+            "its pool stays"
+        );
+        // Stable pods made before tracks: the stable pool selects them all.
+        let old = deployment::build(&valid(), None);
+        let prior = Prior {
+            stable_template: Some(serde_json::to_value(&old.spec.template).expect("json")),
+            ..Prior::offline()
+        };
+        let p = plan(&v, None, &prior);
+        let stable = &p.children.pools.as_ref().expect("pools").stable.pool;
+        assert_eq!(
+            stable.spec.selector.match_labels,
+            selector_labels_of("llama")
+        );
     }
 
     #[test]

@@ -108,7 +108,7 @@ fn pod_spec(v: &ValidSpec) -> PodSpec {
 fn container(v: &ValidSpec, shm: bool) -> Container {
     let rt = &v.spec.runtime;
     let model = &v.spec.model.name;
-    let mut args = preset::args(rt.preset, model, rt.port, &rt.args);
+    let mut args = preset::args(rt.preset, model, rt.port, &rt.args, super::pool::wanted(v));
     args.extend(rt.args.iter().cloned());
     let mut env = preset::env(rt.preset, model, rt.port);
     env.extend(rt.env.iter().cloned());

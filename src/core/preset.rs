@@ -22,7 +22,17 @@ const PRESET_ENV: &[&str] = &["MODEL_NAME", "PORT"];
 /// also passes `--host 0.0.0.0`, unless `runtime.args` already sets a host:
 /// the objects that worked around it keep their pod template, and so their
 /// pods, across the operator's upgrade.
-pub fn args(preset: Option<Preset>, model: &str, port: i32, user: &[String]) -> Vec<String> {
+///
+/// With `metrics` (an InferencePool's endpoint picker reads each server's
+/// `/metrics`), SGLang also gets `--enable-metrics`, without which it serves
+/// none; vLLM and TGI always serve theirs.
+pub fn args(
+    preset: Option<Preset>,
+    model: &str,
+    port: i32,
+    user: &[String],
+    metrics: bool,
+) -> Vec<String> {
     let flag = match preset {
         None | Some(Preset::Vllm) => "--model",
         Some(Preset::Sglang) => "--model-path",
@@ -40,6 +50,9 @@ pub fn args(preset: Option<Preset>, model: &str, port: i32, user: &[String]) -> 
         .any(|a| a == "--host" || a.starts_with("--host="));
     if preset == Some(Preset::Sglang) && !sets_host {
         args.extend(["--host".to_string(), "0.0.0.0".to_string()]);
+    }
+    if preset == Some(Preset::Sglang) && metrics && !user.iter().any(|a| a == "--enable-metrics") {
+        args.push("--enable-metrics".to_string());
     }
     args
 }
@@ -71,7 +84,7 @@ mod tests {
 
     #[test]
     fn each_preset_names_the_model_its_own_way() {
-        let a = |p| args(p, "m", 9000, &[]).join(" ");
+        let a = |p| args(p, "m", 9000, &[], false).join(" ");
         assert_eq!(a(None), "--model m --port 9000");
         assert_eq!(a(Some(Preset::Vllm)), "--model m --port 9000");
         assert_eq!(
@@ -87,13 +100,26 @@ mod tests {
         for user in [["--host", "::"].as_slice(), ["--host=10.0.0.1"].as_slice()] {
             let user: Vec<String> = user.iter().map(|s| s.to_string()).collect();
             assert_eq!(
-                args(Some(Preset::Sglang), "m", 9000, &user).join(" "),
+                args(Some(Preset::Sglang), "m", 9000, &user, false).join(" "),
                 "--model-path m --port 9000",
                 "{user:?}"
             );
         }
         let other = vec!["--hostname".to_string(), "x".to_string()];
-        assert!(args(Some(Preset::Sglang), "m", 1, &other).contains(&"0.0.0.0".to_string()));
+        assert!(args(Some(Preset::Sglang), "m", 1, &other, false).contains(&"0.0.0.0".to_string()));
+    }
+
+    #[test]
+    fn sglang_serves_metrics_for_an_endpoint_picker_and_vllm_needs_no_flag() {
+        let a = |p, user: &[String]| args(p, "m", 1, user, true);
+        assert_eq!(
+            a(Some(Preset::Sglang), &[]).last().map(String::as_str),
+            Some("--enable-metrics")
+        );
+        let once = vec!["--enable-metrics".to_string()];
+        assert!(!a(Some(Preset::Sglang), &once).contains(&"--enable-metrics".to_string()));
+        assert!(!a(Some(Preset::Vllm), &[]).contains(&"--enable-metrics".to_string()));
+        assert!(!a(None, &[]).contains(&"--enable-metrics".to_string()));
     }
 
     #[test]

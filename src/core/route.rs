@@ -8,12 +8,34 @@ use super::labels::child_meta;
 use crate::api::gateway::{
     BackendRef, HttpRoute, HttpRouteMatch, HttpRouteRule, HttpRouteSpec, PathMatch,
 };
+use crate::api::inference;
 
-/// One backend Service of the route and its weight.
+/// One backend of the route, a Service or an InferencePool, and its weight.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Backend {
-    pub service: String,
+    pub name: String,
+    pub pool: bool,
     pub weight: i32,
+}
+
+impl Backend {
+    /// The Service `name`.
+    pub fn service(name: String, weight: i32) -> Self {
+        Self {
+            name,
+            pool: false,
+            weight,
+        }
+    }
+
+    /// The InferencePool `name`.
+    pub fn pool(name: String, weight: i32) -> Self {
+        Self {
+            name,
+            pool: true,
+            weight,
+        }
+    }
 }
 
 /// Builds the HTTPRoute for `v` sending to `backends`, or `None` without
@@ -40,8 +62,10 @@ pub fn build(
                 backend_refs: backends
                     .iter()
                     .map(|b| BackendRef {
-                        name: b.service.clone(),
-                        port,
+                        group: b.pool.then(|| inference::GROUP.to_string()),
+                        kind: b.pool.then(|| inference::KIND.to_string()),
+                        name: b.name.clone(),
+                        port: (!b.pool).then_some(port),
                         weight: b.weight,
                     })
                     .collect(),
@@ -143,6 +167,8 @@ mod tests {
             }],
             hostnames: vec!["llama.example".into()],
             path: "/v1".into(),
+            backend: None,
+            inference_pool: None,
         });
         v
     }
@@ -150,14 +176,8 @@ mod tests {
     #[test]
     fn the_route_matches_the_prefix_and_weighs_the_backends() {
         let b = [
-            Backend {
-                service: "llama-stable".into(),
-                weight: 90,
-            },
-            Backend {
-                service: "llama-canary".into(),
-                weight: 10,
-            },
+            Backend::service("llama-stable".into(), 90),
+            Backend::service("llama-canary".into(), 10),
         ];
         let r = build(&routed(), None, &b).expect("a route");
         let v = serde_json::to_value(&r).expect("json");

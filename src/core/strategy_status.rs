@@ -11,7 +11,7 @@ use super::rollback::RolledBack;
 use super::rollout::DeploymentState;
 use super::route::acceptance;
 use super::tracks::Weights;
-use crate::api::{RouteStatus, TrackStatus, TracksStatus, condition_types as ct};
+use crate::api::{PoolStatus, RouteStatus, TrackStatus, TracksStatus, condition_types as ct};
 
 /// The canary as observed, while the spec has one.
 #[derive(Clone, Copy, Debug)]
@@ -41,6 +41,56 @@ pub struct RouteSeen<'a> {
     pub parents: usize,
     /// Why the weights differ from the spec's, when they do.
     pub weights_why: Option<&'a str>,
+    /// With `route.backend: InferencePool`: whether the cluster serves
+    /// InferencePool, and each pool as observed.
+    pub pools: Option<PoolsSeen<'a>>,
+}
+
+/// The InferencePools as observed.
+#[derive(Clone, Copy, Debug)]
+pub struct PoolsSeen<'a> {
+    pub installed: bool,
+    pub pools: &'a [PoolSeen<'a>],
+}
+
+/// One InferencePool and its endpoint picker, as observed.
+#[derive(Clone, Copy, Debug)]
+pub struct PoolSeen<'a> {
+    pub name: &'a str,
+    /// The pool's status, as the Gateways wrote it.
+    pub status: Option<&'a Value>,
+    /// The picker's Deployment and its ready pods.
+    pub picker: &'a str,
+    pub picker_ready: i32,
+}
+
+/// One pool's status: accepted when every Gateway that reported on it
+/// accepted it and resolved its picker.
+fn pool(p: &PoolSeen<'_>) -> PoolStatus {
+    let parents = acceptance::parents(p.status);
+    let refused = parents.iter().any(|x| {
+        x.accepted.as_deref() == Some("False")
+            || x.reason
+                .as_deref()
+                .is_some_and(|r| r != "Accepted" && r != "ResolvedRefs")
+    });
+    let accepted = if parents.is_empty() {
+        None
+    } else {
+        Some(
+            !refused
+                && parents
+                    .iter()
+                    .all(|x| x.accepted.as_deref() == Some("True")),
+        )
+    };
+    PoolStatus {
+        name: p.name.to_string(),
+        accepted,
+        parents,
+        endpoint_picker: p.picker.to_string(),
+        endpoint_picker_ready_replicas: p.picker_ready,
+    }
 }
 
 fn track(d: Option<DeploymentState<'_>>, weight: Option<i32>) -> TrackStatus {
@@ -100,38 +150,73 @@ pub fn canary_healthy(c: &CanarySeen<'_>) -> Wanted {
 
 /// status.route.
 pub fn route(r: &RouteSeen<'_>) -> RouteStatus {
-    if !r.installed {
+    if let Some(p) = route_problem(r) {
         return RouteStatus {
             name: r.name.to_string(),
             accepted: None,
-            message: route_problem(r).map(|p| p.message),
+            message: Some(p.message),
             parents: Vec::new(),
+            pools: Vec::new(),
         };
     }
     let parents = acceptance::parents(r.status);
     let accepted = acceptance::accepted(&parents, r.parents);
+    let pools: Vec<PoolStatus> = r
+        .pools
+        .map(|p| p.pools.iter().map(pool).collect())
+        .unwrap_or_default();
+    let two_pools = pools.len() > 1;
     let message = match accepted {
+        // Weighted backendRefs to two pools are in the Inference
+        // Extension's conformance suite, but not every Gateway has them.
+        Some(false) if two_pools => Some("a Gateway refused the route, which weighs two InferencePools (one per track): see parents. A Gateway without weighted InferencePool backends cannot run a canary on pools; use route.backend Service for the canary, or set rollout.canary.weight 0".to_string()),
         Some(false) => Some("a Gateway refused the route: see parents".to_string()),
         None => Some("waiting for the Gateways to accept the route".to_string()),
         Some(true) => None,
     }
     .into_iter()
     .chain(r.weights_why.map(|w| format!("weights: {w}")))
+    .chain(
+        pools
+            .iter()
+            .filter(|p| p.endpoint_picker_ready_replicas == 0)
+            .map(|p| format!("InferencePool {}: its endpoint picker {} has no ready pod", p.name, p.endpoint_picker)),
+    )
+    .chain(
+        pools
+            .iter()
+            .filter(|p| p.accepted == Some(false))
+            .map(|p| format!("InferencePool {}: a Gateway did not accept it, see pools", p.name)),
+    )
     .reduce(|a, b| format!("{a}; {b}"));
     RouteStatus {
         name: r.name.to_string(),
         accepted,
         message,
         parents,
+        pools,
     }
 }
 
-/// The route's problem: Gateway API missing from the cluster.
+/// The route's problem: Gateway API, or with `route.backend:
+/// InferencePool` the Inference Extension, missing from the cluster.
 pub fn route_problem(r: &RouteSeen<'_>) -> Option<Problem> {
-    (!r.installed).then(|| Problem {
+    let missing = match (r.installed, r.pools.is_none_or(|p| p.installed)) {
+        (true, true) => return None,
+        (false, true) => {
+            "Gateway API HTTPRoute (gateway.networking.k8s.io/v1); install Gateway API"
+        }
+        (true, false) => {
+            "InferencePool (inference.networking.k8s.io/v1) for route.backend InferencePool; install the Gateway API Inference Extension's CRDs and a Gateway that supports them"
+        }
+        (false, false) => {
+            "Gateway API HTTPRoute (gateway.networking.k8s.io/v1) and no InferencePool (inference.networking.k8s.io/v1); install Gateway API and the Gateway API Inference Extension"
+        }
+    };
+    Some(Problem {
         reason: reasons::ROUTE_UNAVAILABLE,
         message: format!(
-            "route is set, but the cluster has no Gateway API HTTPRoute (gateway.networking.k8s.io/v1); install Gateway API, or remove route. The model is still served through Service {}",
+            "route is set, but the cluster has no {missing}, or remove route. The model is still served through Service {}",
             r.name
         ),
     })
@@ -211,6 +296,7 @@ mod tests {
             status: None,
             parents: 1,
             weights_why: None,
+            pools: None,
         };
         assert!(route(&r).message.is_some_and(|m| m.contains("Gateway API")));
         assert_eq!(

@@ -10,7 +10,10 @@ use std::fmt;
 use kube::ResourceExt;
 
 use super::preset;
-use crate::api::{Engine, ModelService, ModelServiceSpec};
+use crate::api::{Engine, ModelService, ModelServiceSpec, RouteBackend};
+
+/// What the endpoint picker's objects add to the ModelService's name.
+const EPP_SUFFIX: &str = "-epp";
 
 /// A ModelService whose spec passed every check, with the identity the
 /// children need.
@@ -22,6 +25,9 @@ pub struct ValidSpec {
     /// The Prometheus server a KEDA trigger queries: the spec's, else the
     /// operator's default. Always set when the engine is KEDA.
     pub prometheus_address: Option<String>,
+    /// The endpoint picker's image, with `route.backend: InferencePool`:
+    /// the operator's, never the spec's.
+    pub endpoint_picker_image: String,
 }
 
 /// What the operator's configuration adds to every spec.
@@ -29,6 +35,9 @@ pub struct ValidSpec {
 pub struct OperatorDefaults {
     /// `--prometheus-address`: for KEDA triggers whose spec names no server.
     pub prometheus_address: Option<String>,
+    /// `--endpoint-picker-image`: the InferencePools' endpoint picker
+    /// (`endpoint_picker::DEFAULT_IMAGE` when unset).
+    pub endpoint_picker_image: Option<String>,
 }
 
 /// Why a spec cannot be turned into children; the message names the field.
@@ -74,6 +83,32 @@ pub fn validate_with(
             "metadata.name {name:?} is too long for rollout.canary: the canary's Service {name}-canary must be at most 63 characters, so the name at most {}",
             super::tracks::MAX_NAME_WITH_TRACKS
         ));
+    }
+    if spec
+        .route
+        .as_ref()
+        .is_some_and(|r| r.backend() == RouteBackend::InferencePool)
+    {
+        let longest = if spec.rollout.canary.is_some() {
+            super::tracks::MAX_NAME_WITH_TRACKS - EPP_SUFFIX.len()
+        } else {
+            63 - EPP_SUFFIX.len()
+        };
+        if name.len() > longest {
+            problems.push(format!(
+                "metadata.name {name:?} is too long for route.backend InferencePool: the endpoint picker's Service {} must be at most 63 characters, so the name at most {longest}",
+                super::endpoint_picker::picker_name(&if spec.rollout.canary.is_some() {
+                    super::tracks::canary_name(&name)
+                } else {
+                    name.clone()
+                })
+            ));
+        }
+        if super::endpoint_picker::engine(spec.runtime.preset).is_none() {
+            problems.push(
+                "spec.route.backend InferencePool needs model servers whose metrics the endpoint picker reads: runtime.preset vllm or sglang (TGI's are not among them); use route.backend Service".into(),
+            );
+        }
     }
     if spec.model.name.trim().is_empty() {
         problems.push("spec.model.name must not be empty".into());
@@ -212,6 +247,11 @@ pub fn validate_with(
             namespace,
             spec: spec.clone(),
             prometheus_address,
+            endpoint_picker_image: defaults
+                .endpoint_picker_image
+                .clone()
+                .filter(|i| !i.trim().is_empty())
+                .unwrap_or_else(|| super::endpoint_picker::DEFAULT_IMAGE.to_string()),
         })
     } else {
         Err(InvalidSpec { problems })
@@ -334,6 +374,29 @@ mod tests {
 
     /// Defence in depth: an object stored around the schema (an older CRD,
     /// a forged conversion) must never become 5000 pods.
+    #[test]
+    fn a_pool_backend_needs_room_for_its_picker_and_metrics_it_can_read() {
+        let mut ms = sample();
+        ms.spec.route = serde_json::from_value(serde_json::json!(
+            {"parentRefs": [{"name": "gw"}], "backend": "InferencePool"}
+        ))
+        .ok();
+        assert!(validate(&ms, "d").is_ok());
+        ms.metadata.name = Some("a".repeat(60));
+        let err = validate(&ms, "d").expect_err("too long for -epp");
+        assert!(err.to_string().contains("-epp"), "{err}");
+        ms.metadata.name = Some("a".repeat(59));
+        assert!(validate(&ms, "d").is_ok());
+        ms.spec.rollout.canary = serde_json::from_value(serde_json::json!({})).ok();
+        let err = validate(&ms, "d").expect_err("too long for -canary-epp");
+        assert!(err.to_string().contains("-canary-epp"), "{err}");
+        ms.metadata.name = Some("a".repeat(52));
+        assert!(validate(&ms, "d").is_ok());
+        ms.spec.runtime.preset = Some(crate::api::Preset::Tgi);
+        let err = validate(&ms, "d").expect_err("no TGI metrics");
+        assert!(err.to_string().contains("runtime.preset"), "{err}");
+    }
+
     #[test]
     fn every_bound_of_a_canary_and_a_route_is_checked_again() {
         let mut ms = sample();

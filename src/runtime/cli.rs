@@ -90,6 +90,10 @@ pub struct RunArgs {
     #[arg(long, env = "PROMETHEUS_ADDRESS", value_name = "URL")]
     pub prometheus_address: Option<String>,
 
+    /// The endpoint picker image of InferencePools (route.backend InferencePool). Default: the Gateway API Inference Extension's last EPP, registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0.
+    #[arg(long, env = "ENDPOINT_PICKER_IMAGE", value_name = "IMAGE")]
+    pub endpoint_picker_image: Option<String>,
+
     /// How often the operator looks again for optional APIs (KEDA, Gateway API) that were missing or went away (e.g. 30s).
     #[arg(long, env = "DISCOVERY_INTERVAL", default_value = "30s", value_parser = parse_positive_duration)]
     pub discovery_interval: Duration,
@@ -220,6 +224,9 @@ pub struct RenderArgs {
     /// The operator's --prometheus-address, for KEDA triggers whose ModelService names no server.
     #[arg(long, env = "PROMETHEUS_ADDRESS", value_name = "URL")]
     pub prometheus_address: Option<String>,
+    /// The operator's --endpoint-picker-image, for route.backend InferencePool.
+    #[arg(long, env = "ENDPOINT_PICKER_IMAGE", value_name = "IMAGE")]
+    pub endpoint_picker_image: Option<String>,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -113,6 +113,7 @@ mod tests {
         assert!(err.contains("--prometheus-address"), "{err}");
         let defaults = OperatorDefaults {
             prometheus_address: Some("http://prom:9090".into()),
+            endpoint_picker_image: None,
         };
         let out = render_with(KEDA, "ml", &defaults).expect("renders");
         assert!(out.contains("kind: ScaledObject"), "{out}");

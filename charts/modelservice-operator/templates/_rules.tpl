@@ -50,11 +50,55 @@ watchNamespace). Included by templates/rbac.yaml.
 - apiGroups: ["gateway.networking.k8s.io"]
   resources: ["httproutes"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Child InferencePool: Gateway API Inference Extension, with route.backend
+# InferencePool (one per track); deleted when the route, the canary or that
+# backend is removed. The endpoint pickers' Role grants get, list and watch on
+# it, so the operator holds them too. Discovering inference.networking.k8s.io/v1
+# needs no permission.
+- apiGroups: ["inference.networking.k8s.io"]
+  resources: ["inferencepools"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Child ServiceAccount: the identity of an InferencePool's endpoint picker, with
+# route.backend InferencePool; deleted with that backend.
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Child Role: what an endpoint picker reads in its namespace (pods,
+# inferencepools, inferenceobjectives, inferencemodelrewrites: get, list,
+# watch), with route.backend InferencePool; deleted with that backend.
+# Kubernetes lets the operator grant only what it holds itself.
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Child RoleBinding: binds the endpoint picker's Role to its ServiceAccount and
+# nothing else, with route.backend InferencePool; deleted with that backend.
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["rolebindings"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Child ConfigMap: the endpoint picker's plugin configuration, with
+# route.backend InferencePool; deleted with that backend.
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Read-only: diagnose why pods do not serve (InsufficientGPU, ImagePullFailed,
 # ...), from one watch of the pods labelled managed-by modelservice-operator.
+# Get: the endpoint pickers' Role (route.backend InferencePool) grants get, list
+# and watch on pods, and Kubernetes lets the operator grant only what it holds;
+# the operator itself never gets a pod.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list", "watch"]
+  verbs: ["get", "list", "watch"]
+# Not used by the operator: the endpoint pickers' Role (route.backend
+# InferencePool) grants get, list and watch on the Inference Extension's
+# objectives and rewrites, and Kubernetes lets the operator grant only what it
+# holds.
+- apiGroups: ["inference.networking.x-k8s.io"]
+  resources: ["inferenceobjectives"]
+  verbs: ["get", "list", "watch"]
+# Not used by the operator: granted to the endpoint pickers, as above.
+- apiGroups: ["inference.networking.x-k8s.io"]
+  resources: ["inferencemodelrewrites"]
+  verbs: ["get", "list", "watch"]
 # Kubernetes Events on ModelServices.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]

@@ -105,6 +105,9 @@ struct Sglang {
     dtype: Option<String>,
     #[arg(long)]
     trust_remote_code: bool,
+    /// SGLang serves /metrics only with it.
+    #[arg(long)]
+    enable_metrics: bool,
 }
 
 /// TGI's launcher, which also reads its flags from the environment
