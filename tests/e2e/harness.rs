@@ -256,6 +256,24 @@ impl Env {
             .await;
     }
 
+    /// Installs the Gateway API Inference Extension's InferencePool CRD
+    /// (v1.6.0, as upstream ships it) and waits until it is served. There is
+    /// no Gateway and no endpoint picker runs: scenarios write what a
+    /// Gateway would.
+    pub async fn install_pool_crd(&self) {
+        self.install_crd(
+            "inference.networking.k8s.io_inferencepools.yaml",
+            self.pools(),
+        )
+        .await;
+    }
+
+    /// Removes the InferencePool CRD and waits until it is gone.
+    pub async fn remove_pool_crd(&self) {
+        self.remove_crd("inferencepools.inference.networking.k8s.io")
+            .await;
+    }
+
     /// Applies a CRD from `tests/fixtures/crds/` and waits until `api` answers.
     async fn install_crd(&self, file: &str, api: Api<DynamicObject>) {
         let text = std::fs::read_to_string(
@@ -306,6 +324,13 @@ impl Env {
     pub fn routes(&self) -> Api<DynamicObject> {
         let gvk = GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "HTTPRoute");
         let ar = ApiResource::from_gvk_with_plural(&gvk, "httproutes");
+        Api::namespaced_with(self.client.clone(), &self.namespace, &ar)
+    }
+
+    /// InferencePools in this test's namespace.
+    pub fn pools(&self) -> Api<DynamicObject> {
+        let gvk = GroupVersionKind::gvk("inference.networking.k8s.io", "v1", "InferencePool");
+        let ar = ApiResource::from_gvk_with_plural(&gvk, "inferencepools");
         Api::namespaced_with(self.client.clone(), &self.namespace, &ar)
     }
 

@@ -13,6 +13,7 @@ mod deletion;
 mod diagnosis;
 mod drift;
 mod faults;
+mod inference_pool;
 mod keda;
 mod keda_missing;
 mod leader;

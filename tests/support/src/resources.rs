@@ -404,6 +404,14 @@ pub fn default_resources() -> Vec<ResourceInfo> {
         .with_status()
         .with_generation(),
         ResourceInfo::new("coordination.k8s.io", "v1", "leases", "Lease"),
+        // An InferencePool's endpoint picker reads through them.
+        ResourceInfo::new("rbac.authorization.k8s.io", "v1", "roles", "Role"),
+        ResourceInfo::new(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "rolebindings",
+            "RoleBinding",
+        ),
         // Cluster-scoped, written by the simulator (its nodes and their GPUs)
         // and read by the operator's surge decision.
         ResourceInfo::new("", "v1", "nodes", "Node")

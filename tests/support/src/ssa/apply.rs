@@ -331,12 +331,17 @@ fn prune(
         removed.push(path);
     }
     // A map we created and no longer apply goes with its last field (the
-    // real server tracks the map itself as owned, `f:autoscaling: {.: {}}`).
+    // real server tracks the map itself as owned, `f:autoscaling: {.: {}}`),
+    // and so does a list whose items we applied: the real server owns a
+    // list of maps without keys as one atomic field, and removes it whole.
     for path in &removed {
         for end in (1..path.len()).rev() {
             let parent = &path[..end];
-            let emptied =
-                get_at(&cur, parent).is_some_and(|v| v.as_object().is_some_and(|m| m.is_empty()));
+            let emptied = get_at(&cur, parent).is_some_and(|v| match v {
+                Value::Object(m) => m.is_empty(),
+                Value::Array(a) => a.is_empty(),
+                _ => false,
+            });
             if emptied
                 && get_at(&config_at, parent).is_none()
                 && matches!(parent.last(), Some(PathElem::Field(_)))
@@ -483,6 +488,23 @@ mod tests {
         let first = apply(
             None,
             &json!({"spec": {"a": 1, "auto": {"max": 2}}}),
+            &params("u", false),
+        )
+        .expect("apply");
+        let second = apply(
+            Some(&first),
+            &json!({"spec": {"a": 1}}),
+            &params("u", false),
+        )
+        .expect("apply");
+        assert_eq!(second["spec"], json!({"a": 1}));
+    }
+
+    #[test]
+    fn a_dropped_map_goes_with_the_list_of_maps_in_it() {
+        let first = apply(
+            None,
+            &json!({"spec": {"a": 1, "route": {"refs": [{"name": "gw"}]}}}),
             &params("u", false),
         )
         .expect("apply");
