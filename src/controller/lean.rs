@@ -410,6 +410,30 @@ mod tests {
     }
 
     #[test]
+    fn a_kind_without_a_spec_keeps_what_the_operator_sets_and_compares() {
+        use k8s_openapi::api::rbac::v1::RoleBinding;
+        let wire = r#"{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "m-epp", "resourceVersion": "4"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "m-epp"},
+            "subjects": [{"kind": "ServiceAccount", "name": "m-epp", "namespace": "ns"}]}"#;
+        let b: Lean<RoleBinding> = serde_json::from_str(wire).unwrap();
+        let read = b.to_json().unwrap();
+        assert_eq!(read["roleRef"]["name"], "m-epp");
+        assert_eq!(read["subjects"][0]["kind"], "ServiceAccount");
+        // What we apply, read back from an apply's answer, compares alike:
+        // a binding to another subject would not hold what we want.
+        let desired: Value = serde_json::from_str(wire).unwrap();
+        let again = Lean::<RoleBinding>::from_desired(&desired)
+            .unwrap()
+            .to_json()
+            .unwrap();
+        assert_eq!(again["subjects"], read["subjects"]);
+        let mut other = desired.clone();
+        other["subjects"][0]["name"] = "default".into();
+        assert!(!crate::core::subset::is_subset(&other, &read));
+    }
+
+    #[test]
     fn the_deployment_state_comes_from_generation_replicas_and_status() {
         let d: LeanDeployment = serde_json::from_str(&served_deployment()).unwrap();
         let s = d.state();

@@ -83,6 +83,33 @@ async fn every_call_the_operator_makes_is_granted() {
             .then_some(())
     })
     .await;
+    // An InferencePool route: the pool, its picker and the picker's Role
+    // and RoleBinding; then without it, each of them deleted.
+    env.install_gateway_crd().await;
+    env.install_pool_crd().await;
+    let pooled = |route: bool| {
+        let mut s = json!({"model": {"name": "m"}, "runtime": {"image": serving_image()}, "resources": {"gpus": 0}});
+        if route {
+            s["route"] = json!({"parentRefs": [{"name": "gw"}], "backend": "InferencePool"});
+        }
+        s
+    };
+    env.apply_ms_v1beta1("rbac-pool", pooled(true)).await;
+    wait_for("the pool", CONVERGE, || async {
+        env.pools().get_opt("rbac-pool").await.ok().flatten()
+    })
+    .await;
+    env.apply_ms_v1beta1("rbac-pool", pooled(false)).await;
+    wait_for("the pool's Role deleted", CONVERGE, || async {
+        env.api::<k8s_openapi::api::rbac::v1::Role>()
+            .get_opt("rbac-pool-epp")
+            .await
+            .ok()
+            .flatten()
+            .is_none()
+            .then_some(())
+    })
+    .await;
     env.api::<modelservice_operator::api::ModelService>()
         .delete("rbac", &Default::default())
         .await
@@ -107,6 +134,9 @@ async fn every_call_the_operator_makes_is_granted() {
         ("patch", "customresourcedefinitions"),
         ("patch", "customresourcedefinitions/status"),
         ("list", "nodes"),
+        ("patch", "roles"),
+        ("delete", "rolebindings"),
+        ("patch", "inferencepools"),
     ] {
         assert!(
             used.contains(&(verb.to_string(), resource.to_string())),

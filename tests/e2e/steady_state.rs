@@ -17,8 +17,22 @@ async fn a_converged_operator_makes_no_writes_across_resyncs() {
     let mut spec = cpu_spec();
     spec["autoscaling"] = serde_json::json!({"maxReplicas": 3});
     env.apply_ms("calm-auto", spec).await;
+    // An InferencePool, its endpoint picker (Deployment, Service,
+    // ServiceAccount, Role, RoleBinding, ConfigMap) and a canary's pool:
+    // kinds whose fields live outside `spec` are compared too.
+    env.install_gateway_crd().await;
+    env.install_pool_crd().await;
+    env.apply_ms_v1beta1(
+        "calm-pool",
+        serde_json::json!({"model": {"name": "m"}, "runtime": {"image": serving_image()},
+            "resources": {"gpus": 0},
+            "rollout": {"canary": {"runtime": {"image": format!("{}-canary", serving_image())}}},
+            "route": {"parentRefs": [{"name": "gw"}], "backend": "InferencePool"}}),
+    )
+    .await;
     wait_ready(&env, "calm").await;
     wait_ready(&env, "calm-auto").await;
+    wait_ready(&env, "calm-pool").await;
     // Let in-flight events (our own status write, the simulator's last
     // status) settle, then count.
     tokio::time::sleep(Duration::from_secs(2)).await;
