@@ -226,10 +226,10 @@ fn version_strategy()
             Just(api::RouteBackend::Service),
             Just(api::RouteBackend::InferencePool)
         ]),
-        proptest::option::of(prop_oneof![
+        prop_oneof![
             Just(api::FailureMode::FailOpen),
             Just(api::FailureMode::FailClose)
-        ]),
+        ],
     )
         .prop_map(
             |(gw, ns, hostnames, path, backend, failure_mode)| api::Route {

@@ -350,8 +350,8 @@ pub enum RouteBackend {
 #[serde(rename_all = "camelCase")]
 pub struct InferencePoolOptions {
     /// What the Gateway does when the endpoint picker does not answer: FailClose (the default) refuses the request; FailOpen sends it to a pod of the Gateway's own choosing.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure_mode: Option<FailureMode>,
+    #[serde(default)]
+    pub failure_mode: FailureMode,
 }
 
 /// The InferencePool's failureMode.
@@ -482,7 +482,7 @@ impl Route {
     pub fn failure_mode(&self) -> FailureMode {
         self.inference_pool
             .as_ref()
-            .and_then(|p| p.failure_mode)
+            .map(|p| p.failure_mode)
             .unwrap_or_default()
     }
 }

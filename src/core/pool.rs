@@ -112,7 +112,7 @@ mod tests {
         let mut v = pooled();
         if let Some(r) = v.spec.route.as_mut() {
             r.inference_pool = Some(InferencePoolOptions {
-                failure_mode: Some(FailureMode::FailOpen),
+                failure_mode: FailureMode::FailOpen,
             });
         }
         let p = build(&v, "llama-canary", Some("canary"), None);
