@@ -273,16 +273,7 @@ async fn a_pool_route_gets_a_pool_and_a_picker_and_reports_their_acceptance() {
     let mut bare = spec(None);
     bare.as_object_mut().map(|o| o.remove("route"));
     env.apply_ms_v1beta1(name, bare).await;
-    wait_for("the route gone", CONVERGE, || async {
-        env.routes()
-            .get_opt(name)
-            .await
-            .ok()
-            .flatten()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    gone_from(env.routes(), name, "the route").await;
     gone_pool(&env, name).await;
     gone::<Deployment>(&env, "pooled-epp", "the picker").await;
     gone::<Service>(&env, "pooled-epp", "the picker Service").await;
@@ -308,8 +299,17 @@ async fn a_pool_route_gets_a_pool_and_a_picker_and_reports_their_acceptance() {
 }
 
 async fn gone_pool(env: &Env, name: &str) {
-    wait_for(&format!("InferencePool {name} gone"), CONVERGE, || async {
-        pool(env, name).await.is_none().then_some(())
+    gone_from(env.pools(), name, &format!("InferencePool {name}")).await;
+}
+
+async fn gone_from(api: kube::Api<kube::api::DynamicObject>, name: &str, what: &str) {
+    wait_for(&format!("{what} gone"), CONVERGE, || async {
+        api.get_opt(name)
+            .await
+            .ok()
+            .flatten()
+            .is_none()
+            .then_some(())
     })
     .await;
 }

@@ -100,16 +100,7 @@ async fn every_call_the_operator_makes_is_granted() {
     })
     .await;
     env.apply_ms_v1beta1("rbac-pool", pooled(false)).await;
-    wait_for("the pool's Role deleted", CONVERGE, || async {
-        env.api::<k8s_openapi::api::rbac::v1::Role>()
-            .get_opt("rbac-pool-epp")
-            .await
-            .ok()
-            .flatten()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    gone::<k8s_openapi::api::rbac::v1::Role>(&env, "rbac-pool-epp", "the pool's Role").await;
     env.api::<modelservice_operator::api::ModelService>()
         .delete("rbac", &Default::default())
         .await
