@@ -71,6 +71,36 @@ mod tests {
     }
 
     #[test]
+    fn the_pool_sample_renders_the_pool_its_picker_and_the_route_to_it() {
+        let yaml = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("config/samples/inference-pool.yaml"),
+        )
+        .expect("sample");
+        let out = render(&yaml, "ml").expect("renders");
+        for want in [
+            "kind: InferencePool",
+            "name: llama-8b-pool-epp",
+            "kind: Role\n",
+            "kind: RoleBinding",
+            "kind: ServiceAccount",
+            "kind: ConfigMap",
+            "failureMode: FailOpen",
+            "image: registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0",
+            "kind: HTTPRoute",
+            "group: inference.networking.k8s.io",
+        ] {
+            assert!(out.contains(want), "{want} missing from:\n{out}");
+        }
+        let mine = OperatorDefaults {
+            prometheus_address: None,
+            endpoint_picker_image: Some("mirror.example/epp:v1".into()),
+        };
+        let out = render_with(&yaml, "ml", &mine).expect("renders");
+        assert!(out.contains("image: mirror.example/epp:v1"), "{out}");
+    }
+
+    #[test]
     fn renders_deployment_and_service_without_a_cluster() {
         let out = render(MS, "team").expect("renders");
         assert!(out.contains("kind: Deployment") && out.contains("kind: Service"));
