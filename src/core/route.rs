@@ -130,6 +130,23 @@ pub mod acceptance {
         }
     }
 
+    /// Whether a parent said it cannot resolve what the object refers to
+    /// (its ResolvedRefs condition is False): for a pool, its endpoint
+    /// picker.
+    pub fn refs_refused(status: Option<&Value>) -> bool {
+        status
+            .and_then(|s| s.get("parents"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.get("conditions").and_then(Value::as_array))
+            .flatten()
+            .any(|c| {
+                c.get("type").and_then(Value::as_str) == Some("ResolvedRefs")
+                    && c.get("status").and_then(Value::as_str) == Some("False")
+            })
+    }
+
     /// True when every parent accepted the route, false when one refused
     /// it, unknown until each has said.
     pub fn accepted(parents: &[RouteParentStatus], expected: usize) -> Option<bool> {

@@ -68,21 +68,18 @@ pub struct PoolSeen<'a> {
 /// accepted it and resolved its picker.
 fn pool(p: &PoolSeen<'_>) -> PoolStatus {
     let parents = acceptance::parents(p.status);
-    let refused = parents.iter().any(|x| {
-        x.accepted.as_deref() == Some("False")
-            || x.reason
-                .as_deref()
-                .is_some_and(|r| r != "Accepted" && r != "ResolvedRefs")
-    });
-    let accepted = if parents.is_empty() {
-        None
+    let refused = acceptance::refs_refused(p.status)
+        || parents
+            .iter()
+            .any(|x| x.accepted.as_deref() == Some("False"));
+    let accepted = if refused {
+        Some(false)
     } else {
-        Some(
-            !refused
-                && parents
-                    .iter()
-                    .all(|x| x.accepted.as_deref() == Some("True")),
-        )
+        (!parents.is_empty()
+            && parents
+                .iter()
+                .all(|x| x.accepted.as_deref() == Some("True")))
+        .then_some(true)
     };
     PoolStatus {
         name: p.name.to_string(),
@@ -225,6 +222,85 @@ pub fn route_problem(r: &RouteSeen<'_>) -> Option<Problem> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_route_says_when_a_picker_is_not_ready_or_a_gateway_refuses_two_pools() {
+        let pools = [
+            PoolSeen {
+                name: "m",
+                status: None,
+                picker: "m-epp",
+                picker_ready: 1,
+            },
+            PoolSeen {
+                name: "m-canary",
+                status: None,
+                picker: "m-canary-epp",
+                picker_ready: 0,
+            },
+        ];
+        let refused = json!({"parents": [{"parentRef": {"name": "gw"},
+            "conditions": [{"type": "Accepted", "status": "False", "reason": "UnsupportedValue"}]}]});
+        let r = RouteSeen {
+            name: "m",
+            installed: true,
+            status: Some(&refused),
+            parents: 1,
+            weights_why: None,
+            pools: Some(PoolsSeen {
+                installed: true,
+                pools: &pools,
+            }),
+        };
+        let s = route(&r);
+        assert_eq!(s.accepted, Some(false));
+        assert_eq!(s.pools.len(), 2);
+        let m = s.message.unwrap_or_default();
+        assert!(m.contains("two InferencePools"), "{m}");
+        assert!(m.contains("m-canary-epp has no ready pod"), "{m}");
+        // Without the pool's API: the reason names it, and no pools.
+        let missing = RouteSeen {
+            pools: Some(PoolsSeen {
+                installed: false,
+                pools: &[],
+            }),
+            ..r
+        };
+        let p = route_problem(&missing).expect("a problem");
+        assert_eq!(p.reason, "RouteUnavailable");
+        assert!(p.message.contains("InferencePool"), "{}", p.message);
+        assert!(route(&missing).pools.is_empty());
+    }
+
+    #[test]
+    fn a_pool_is_accepted_only_when_its_gateways_accept_it_and_resolve_its_picker() {
+        let seen = |status: Option<&Value>| {
+            pool(&PoolSeen {
+                name: "m",
+                status,
+                picker: "m-epp",
+                picker_ready: 1,
+            })
+            .accepted
+        };
+        assert_eq!(seen(None), None, "no Gateway has said");
+        let cond = |t: &str, s: &str, r: &str| json!({"type": t, "status": s, "reason": r});
+        let parents = |conds: Vec<Value>| json!({"parents": [{"parentRef": {"name": "gw"}, "conditions": conds}]});
+        let ok = parents(vec![
+            cond("Accepted", "True", "SupportedByParent"),
+            cond("ResolvedRefs", "True", "ResolvedRefs"),
+        ]);
+        assert_eq!(seen(Some(&ok)), Some(true));
+        let no_picker = parents(vec![
+            cond("Accepted", "True", "Accepted"),
+            cond("ResolvedRefs", "False", "InvalidExtensionRef"),
+        ]);
+        assert_eq!(seen(Some(&no_picker)), Some(false));
+        let refused = parents(vec![cond("Accepted", "False", "NotSupportedByParent")]);
+        assert_eq!(seen(Some(&refused)), Some(false));
+        let pending = parents(vec![cond("Accepted", "Unknown", "Pending")]);
+        assert_eq!(seen(Some(&pending)), None);
+    }
     use k8s_openapi::api::apps::v1::DeploymentStatus;
     use serde_json::json;
 
