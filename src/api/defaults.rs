@@ -11,6 +11,9 @@ pub const DEFAULT_METRIC: &str = "vllm:num_requests_waiting";
 pub(super) fn default_replicas() -> i32 {
     1
 }
+pub(super) fn default_pipeline() -> i32 {
+    1
+}
 pub(super) fn default_port() -> i32 {
     DEFAULT_PORT
 }

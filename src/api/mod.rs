@@ -14,6 +14,7 @@ mod defaults;
 pub mod gateway;
 pub mod inference;
 pub mod keda;
+pub mod lws;
 pub mod schema_check;
 mod status;
 pub mod v1alpha1;
@@ -29,6 +30,6 @@ pub use status::{
 };
 pub use v1beta1::{
     Autoscaling, Canary, CanaryModel, CanaryRuntime, Engine, FailureMode, InferencePoolOptions,
-    Model, ModelService, ModelServiceSpec, ParentReference, Preset, PrometheusSource, Resources,
-    Rollout, RolloutStrategy, Route, RouteBackend, Runtime, Scheduling, Surge,
+    Model, ModelService, ModelServiceSpec, Parallelism, ParentReference, Preset, PrometheusSource,
+    Resources, Rollout, RolloutStrategy, Route, RouteBackend, Runtime, Scheduling, Surge,
 };

@@ -19,8 +19,8 @@ use std::collections::BTreeMap;
 
 use super::defaults::{
     default_canary_replicas, default_canary_weight, default_gpu_resource, default_gpus,
-    default_metric, default_min_replicas, default_port, default_replicas, default_route_path,
-    default_target_queue_length,
+    default_metric, default_min_replicas, default_pipeline, default_port, default_replicas,
+    default_route_path, default_target_queue_length,
 };
 use super::status::ModelServiceStatus;
 
@@ -122,6 +122,25 @@ pub struct ModelServiceSpec {
     /// Scale the replica count on the serving runtime's request queue. When set, a HorizontalPodAutoscaler owns the replica count and spec.replicas is ignored; when removed, the HPA is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<Autoscaling>,
+
+    /// How one replica spreads over GPUs and nodes, for a model bigger than one node. With pipeline above 1, each replica is a group of that many pods on as many nodes (a LeaderWorkerSet named after the ModelService instead of a Deployment), and the preset launches the runtime's multi-node mode. Without it, or with pipeline 1, each replica is one pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallelism: Option<Parallelism>,
+}
+
+/// Tensor parallelism within a pod, pipeline parallelism across pods.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Parallelism {
+    /// GPUs per pod, which the runtime splits each layer over (vLLM's --tensor-parallel-size). It is resources.gpus: when set, it must be equal to it. SGLang's --tp is tensor x pipeline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 16))]
+    pub tensor: Option<i32>,
+
+    /// Pods per replica, each on its own node, which the runtime splits the layers over (vLLM's --pipeline-parallel-size, SGLang's --nnodes). 1 (the default) is one pod per replica in a Deployment; more makes a LeaderWorkerSet whose groups have this many pods, each with resources.gpus GPUs.
+    #[serde(default = "default_pipeline")]
+    #[schemars(range(min = 1, max = 16))]
+    pub pipeline: i32,
 }
 
 /// The model and its revision.
@@ -491,5 +510,12 @@ impl Autoscaling {
     /// The engine in effect (HPA when unset).
     pub fn engine(&self) -> Engine {
         self.engine.unwrap_or_default()
+    }
+}
+
+impl ModelServiceSpec {
+    /// Pods per replica: 1 unless `parallelism.pipeline` says more.
+    pub fn pipeline(&self) -> i32 {
+        self.parallelism.as_ref().map_or(1, |p| p.pipeline)
     }
 }

@@ -13,8 +13,8 @@ use tracing::warn;
 
 use super::children::{
     self, Cached, Child, ConfigMapChild, DeploymentChild, HpaChild, HttpRouteChild,
-    InferencePoolChild, RoleBindingChild, RoleChild, ScaledObjectChild, ServiceAccountChild,
-    ServiceChild,
+    InferencePoolChild, LeaderWorkerSetChild, RoleBindingChild, RoleChild, ScaledObjectChild,
+    ServiceAccountChild, ServiceChild,
 };
 use super::error::is_not_found;
 use super::lean::{Lean, LeanDeployment};
@@ -62,8 +62,10 @@ enum Outcome {
 /// What the apply step leaves for the report step.
 #[derive(Clone, Debug)]
 pub struct Applied {
-    /// The Deployment as it is now (lean: see `lean`).
-    pub deployment: LeanDeployment,
+    /// The Deployment as it is now (lean: see `lean`), or the
+    /// LeaderWorkerSet stated as one (see `groups`); none when the
+    /// LeaderWorkerSet's API is gone.
+    pub deployment: Option<LeanDeployment>,
     /// The ScaledObject, when KEDA scales: its conditions say whether KEDA acts.
     pub scaled_object: Option<Cached<ScaledObjectChild>>,
     /// The canary Deployment, while the spec has a canary.
@@ -126,6 +128,7 @@ async fn apply_all(
     // Every child, by name: forget one here and this does not compile.
     let Children {
         deployment,
+        groups,
         service,
         hpa,
         scaled_object,
@@ -136,8 +139,8 @@ async fn apply_all(
         pools,
     } = children;
     let (Some(name), Some(ns)) = (
-        deployment.metadata.name.as_deref(),
-        deployment.metadata.namespace.as_deref(),
+        service.metadata.name.as_deref(),
+        service.metadata.namespace.as_deref(),
     ) else {
         return Err(Error::MissingField("child name or namespace"));
     };
@@ -166,15 +169,50 @@ async fn apply_all(
         done.push(d);
         canary_applied = Some(applied);
     }
-    hand_over_replicas(ctx, deployment).await?;
-    let ((deployment, d), (_, s)) = futures::try_join!(
-        apply_one::<DeploymentChild>(ctx, deployment),
-        apply_one::<ServiceChild>(ctx, service),
-    )?;
-    done.extend([d, s]);
     let mut unavailable = Vec::new();
-    if let Some(h) = hpa {
-        wake_for_the_hpa(ctx, &deployment, h).await?;
+    let (deployment, groups_applied) = match (deployment, groups) {
+        (Some(deployment), _) => {
+            hand_over_replicas(ctx, deployment).await?;
+            let ((deployment, d), (_, s)) = futures::try_join!(
+                apply_one::<DeploymentChild>(ctx, deployment),
+                apply_one::<ServiceChild>(ctx, service),
+            )?;
+            done.extend([d, s]);
+            if let Some(h) = hpa {
+                wake_for_the_hpa(ctx, &deployment, h).await?;
+            }
+            (Some(deployment), None)
+        }
+        (None, Some(g)) => {
+            let applied =
+                apply_wanted::<LeaderWorkerSetChild>(ctx, Some(g), done, &mut unavailable).await?;
+            if applied.is_none() {
+                // Its API answered 404: nothing else is written for a
+                // spec that cannot run (see `reconcile`).
+                return Ok(Applied {
+                    deployment: None,
+                    scaled_object: None,
+                    canary: None,
+                    route: None,
+                    pools: Vec::new(),
+                    unavailable,
+                });
+            }
+            done.push(apply_one::<ServiceChild>(ctx, service).await?.1);
+            let state = applied
+                .as_ref()
+                .and_then(|g| super::groups::as_deployment(ctx, g));
+            (state, applied)
+        }
+        (None, None) => return Err(Error::MissingField("a Deployment or a LeaderWorkerSet")),
+    };
+    // Switching between one pod and a group per replica: the workload of
+    // the other shape serves until this one is ready, then goes.
+    let replaced = super::groups::ready(deployment.as_ref());
+    if groups_applied.is_some() {
+        stale.remove::<DeploymentChild>(name, replaced).await?;
+    } else {
+        stale.remove::<LeaderWorkerSetChild>(name, replaced).await?;
     }
     apply_wanted::<HpaChild>(ctx, hpa.as_ref(), done, &mut unavailable).await?;
     let scaled_object =
@@ -198,7 +236,7 @@ async fn apply_all(
         None => {
             // Promotion: the canary serves until the stable track has
             // rolled out the spec it was promoted to, so capacity never dips.
-            let stable_done = tracks::canary_may_go(Some(deployment.state()));
+            let stable_done = super::groups::ready(deployment.as_ref());
             let (canary_name, stable_name) =
                 (tracks::canary_name(name), tracks::stable_service_name(name));
             stale

@@ -31,6 +31,7 @@ use super::pods::{PodIndex, PodView, PodWriter};
 use crate::api::gateway::HttpRoute;
 use crate::api::inference::InferencePool;
 use crate::api::keda::ScaledObject;
+use crate::api::lws::{LeaderWorkerSet, LeaderWorkerSetStatus};
 use crate::permissions::{Rule, Verb};
 
 /// One row of the table.
@@ -67,13 +68,27 @@ pub type Cached<C> = Lean<<C as Child>::Object, <C as Child>::Status>;
 /// goes.
 pub struct DeploymentChild;
 impl Child for DeploymentChild {
-    const WHY: &'static str = "the serving pods, with their GPU requests; a canary's is deleted when rollout.canary is removed (and the stable track has rolled out).";
+    const WHY: &'static str = "the serving pods, with their GPU requests; a canary's is deleted when rollout.canary is removed (and the stable track has rolled out), the stable one once a LeaderWorkerSet that replaces it is ready.";
     type Object = Deployment;
     type Status = DeploymentStatus;
     const OPTIONAL: bool = false;
     const DELETED_WHEN_UNWANTED: bool = true;
     fn cache(stores: &Stores) -> &Cache<Cached<Self>> {
         &stores.deployments
+    }
+}
+
+/// The LeaderWorkerSet: with `parallelism.pipeline` above 1, in place of
+/// the stable Deployment. Its status counts ready groups.
+pub struct LeaderWorkerSetChild;
+impl Child for LeaderWorkerSetChild {
+    const WHY: &'static str = "the serving groups, with parallelism.pipeline above 1 (a replica over several nodes); deleted once the Deployment that replaces it is ready. Discovering leaderworkerset.x-k8s.io/v1 needs no permission.";
+    type Object = LeaderWorkerSet;
+    type Status = LeaderWorkerSetStatus;
+    const OPTIONAL: bool = true;
+    const DELETED_WHEN_UNWANTED: bool = true;
+    fn cache(stores: &Stores) -> &Cache<Cached<Self>> {
+        &stores.leader_worker_sets
     }
 }
 
@@ -278,6 +293,7 @@ macro_rules! child_table {
 
 child_table! {
     deployments: DeploymentChild,
+    leader_worker_sets: LeaderWorkerSetChild,
     services: ServiceChild,
     hpas: HpaChild,
     scaled_objects: ScaledObjectChild,
@@ -369,6 +385,7 @@ mod tests {
             r.iter().map(|x| x.resource.as_str()).collect::<Vec<_>>(),
             [
                 "deployments",
+                "leaderworkersets",
                 "services",
                 "horizontalpodautoscalers",
                 "scaledobjects",
@@ -395,6 +412,7 @@ mod tests {
         let (stores, _writers) = Stores::new();
         assert!(stores.deployments.available());
         assert!(!stores.scaled_objects.available());
+        assert!(!stores.leader_worker_sets.available());
         assert!(!stores.routes.available());
         assert!(!stores.pools.available());
         assert!(stores.roles.available());
@@ -402,6 +420,7 @@ mod tests {
             kinds(),
             [
                 "Deployment",
+                "LeaderWorkerSet",
                 "Service",
                 "HorizontalPodAutoscaler",
                 "ScaledObject",

@@ -12,6 +12,7 @@ pub mod error;
 pub mod events;
 pub mod finalizer;
 pub mod freshness;
+pub mod groups;
 pub mod guarded;
 pub mod invalid;
 pub mod lean;

@@ -16,6 +16,7 @@
 //! starts crash-looping or recovers. Healthy pods coming and going change
 //! nothing here; the Deployment's status already reports them.
 
+use crate::api::lws::labels::{GROUP_INDEX, WORKER_INDEX};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
@@ -213,7 +214,10 @@ impl<'de> Deserialize<'de> for PodView {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let w = Wire::deserialize(d)?;
         let mut labels = w.metadata.labels;
-        labels.retain(|k, _| k == INSTANCE_LABEL || k == TRACK_LABEL);
+        // A group's member is named by its place in the group.
+        labels.retain(|k, _| {
+            k == INSTANCE_LABEL || k == TRACK_LABEL || k == GROUP_INDEX || k == WORKER_INDEX
+        });
         let metadata = ObjectMeta {
             name: w.metadata.name,
             namespace: w.metadata.namespace,

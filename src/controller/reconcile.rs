@@ -12,12 +12,12 @@ use tracing::{info, instrument, warn};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::children::{Cached, HttpRouteChild, ScaledObjectChild};
+use super::children::{Cached, Child, HttpRouteChild, LeaderWorkerSetChild, ScaledObjectChild};
 use super::guarded::Guarded;
 use super::lean::LeanDeployment;
 use super::observe::{Track, cached, pods};
 use super::{Context, Error, apply, invalid, report, surge};
-use crate::api::{Engine, ModelService, RouteBackend};
+use crate::api::{Engine, ModelService, RouteBackend, lws};
 use crate::core::canary_wait::CanaryWaiting;
 use crate::core::diagnosis::{GpuRequest, Problem};
 use crate::core::rollback::{self, RolledBack};
@@ -161,7 +161,9 @@ impl Acted {
             .and_then(|c| c.annotation(rollback::ANNOTATION))
             .and_then(|a| serde_json::from_str(&a).ok());
         Self {
-            deployment: cached(store, ns, name).map(|d| d.as_ref().clone()),
+            deployment: cached(store, ns, name)
+                .map(|d| d.as_ref().clone())
+                .or_else(|| super::groups::cached_state(ctx, ns, name)),
             scaled_object: None,
             canary,
             route: None,
@@ -230,15 +232,40 @@ async fn validate_build_apply(
     };
     let prior = super::tracks::prior(ctx, &valid).await?;
     let mut plan = plan(&valid, Some(&owner), &prior);
-    let settled = surge::settle(ctx, &valid, &mut plan.children.deployment).await;
+    // Without the LeaderWorkerSet API, a spec of groups cannot run:
+    // nothing of it is written, and what ran before keeps serving.
+    if plan.children.groups.is_some() && !LeaderWorkerSetChild::cache(&ctx.stores).available() {
+        return Ok(Acted::blocked(
+            ctx,
+            ns,
+            name,
+            multi_node_unavailable(&valid),
+            None,
+        ));
+    }
+    // Groups replace (see `core::leader_worker_set`): a surge decision is
+    // the Deployment's.
+    let settled = match plan.children.deployment.as_mut() {
+        Some(d) => surge::settle(ctx, &valid, d).await,
+        None => surge::Settled::default(),
+    };
     // The spec was reported rolled out before: a write now is a repair.
     let repair = report::effective_status(ctx, ms)
         .status
         .and_then(|s| s.observed_generation)
         == ms.metadata.generation;
     match apply::apply_children(ctx, &ms.object_ref(&()), &uid, &plan.children, repair).await {
+        Ok(applied) if applied.unavailable.iter().any(|k| k == lws::KIND) => Ok(Acted::blocked(
+            ctx,
+            ns,
+            name,
+            multi_node_unavailable(&valid),
+            None,
+        )),
         Ok(applied) => Ok(Acted {
-            deployment: Some(surge::remembered(ctx, settled.decision, applied.deployment)),
+            deployment: applied
+                .deployment
+                .map(|d| surge::remembered(ctx, settled.decision, d)),
             recheck: settled.recheck,
             scaled_object: applied.scaled_object,
             canary: applied.canary,
@@ -272,6 +299,19 @@ async fn validate_build_apply(
             Ok(Acted::blocked(ctx, ns, name, p, Some(e)))
         }
         Err(e) => Err(e),
+    }
+}
+
+/// Why a spec of groups does not run: the cluster has no LeaderWorkerSet.
+fn multi_node_unavailable(v: &crate::core::ValidSpec) -> Problem {
+    Problem {
+        reason: reasons::MULTI_NODE_UNAVAILABLE,
+        message: format!(
+            "spec.parallelism.pipeline is {}, which runs each replica as a group of pods on a LeaderWorkerSet, but the cluster has no LeaderWorkerSet API ({}/{}); install LeaderWorkerSet, or set pipeline to 1. What ran before keeps serving until then",
+            v.spec.pipeline(),
+            lws::GROUP,
+            lws::VERSION
+        ),
     }
 }
 

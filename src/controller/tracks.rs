@@ -2,6 +2,7 @@
 //! before this reconcile, from the caches, plus the canary's pods when they
 //! can explain a failure.
 
+use super::children::{Child, LeaderWorkerSetChild};
 use super::lean::LeanDeployment;
 use super::observe::{Track, cached, pods};
 use super::{Context, Error};
@@ -49,7 +50,15 @@ pub async fn prior(ctx: &Context, v: &ValidSpec) -> Result<Prior, Error> {
         }
         _ => (None, None),
     };
+    // The workload of the other shape, until the new one is ready.
+    let other = if v.spec.pipeline() > 1 {
+        stable.is_some()
+    } else {
+        cached(&LeaderWorkerSetChild::cache(&ctx.stores).store, ns, name).is_some()
+    };
     Ok(Prior {
+        switching: other,
+        group_surge: 0,
         canary_waiting,
         canary_held_before: canary_wait::held_before(
             canary

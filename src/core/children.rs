@@ -14,10 +14,11 @@ use super::rollback::{self, RolledBack};
 use super::route::{self, Backend};
 use super::subset::is_subset;
 use super::tracks::{self, CANARY, Readiness, STABLE, Weights};
-use super::{ValidSpec, deployment, endpoint_picker, hpa, keda, pool, service};
+use super::{ValidSpec, deployment, endpoint_picker, hpa, keda, leader_worker_set, pool, service};
 use crate::api::gateway::HttpRoute;
 use crate::api::inference::InferencePool;
 use crate::api::keda::ScaledObject;
+use crate::api::lws::LeaderWorkerSet;
 
 /// What should exist for one ModelService. `None` means that child must
 /// not exist (it is deleted if it does). One field per row of the child
@@ -25,7 +26,11 @@ use crate::api::keda::ScaledObject;
 /// so a new child that is not applied or rendered does not compile.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Children {
-    pub deployment: Deployment,
+    /// The pods, one per replica: with `parallelism.pipeline` 1.
+    pub deployment: Option<Deployment>,
+    /// The groups of pods, one per replica: with `parallelism.pipeline`
+    /// above 1, in place of the Deployment.
+    pub groups: Option<LeaderWorkerSet>,
     pub service: Service,
     pub hpa: Option<HorizontalPodAutoscaler>,
     pub scaled_object: Option<ScaledObject>,
@@ -84,6 +89,12 @@ pub struct Prior {
     pub canary_held_before: Option<i32>,
     /// The cached stable Deployment has not finished rolling out.
     pub stable_rolling_out: bool,
+    /// The workload of the other shape (a Deployment where groups are
+    /// wanted, or the reverse) still serves until the new one is ready:
+    /// the Service then selects both.
+    pub switching: bool,
+    /// Groups a LeaderWorkerSet's rollout may add (see `surge`).
+    pub group_surge: i32,
 }
 
 impl Prior {
@@ -220,10 +231,18 @@ pub fn plan(v: &ValidSpec, owner: Option<&OwnerReference>, prior: &Prior) -> Pla
             config: endpoint_picker::config(v, owner),
         }
     });
+    let grouped = v.spec.pipeline() > 1;
+    let (deployment, groups) = if grouped {
+        let g = leader_worker_set::build(v, &deployment, prior.group_surge, owner);
+        (None, Some(g))
+    } else {
+        (Some(deployment), None)
+    };
     Plan {
         children: Children {
             deployment,
-            service: service::build(v, owner),
+            groups,
+            service: service::build(v, owner, grouped && !prior.switching),
             hpa: hpa::build(v, owner),
             scaled_object: keda::build(v, owner),
             canary,
@@ -243,6 +262,7 @@ impl Children {
     pub fn to_yaml(&self) -> Result<String, serde_yaml::Error> {
         let Children {
             deployment,
+            groups,
             service,
             hpa,
             scaled_object,
@@ -252,10 +272,14 @@ impl Children {
             route,
             pools,
         } = self;
-        let mut docs = vec![
-            serde_yaml::to_string(deployment)?,
-            serde_yaml::to_string(service)?,
-        ];
+        let mut docs = Vec::new();
+        if let Some(d) = deployment {
+            docs.push(serde_yaml::to_string(d)?);
+        }
+        if let Some(g) = groups {
+            docs.push(serde_yaml::to_string(g)?);
+        }
+        docs.push(serde_yaml::to_string(service)?);
         if let Some(h) = hpa {
             docs.push(serde_yaml::to_string(h)?);
         }
@@ -371,7 +395,7 @@ spec:
         };
         let c = build_children(&valid(), Some(&owner));
         let metas = [
-            &c.deployment.metadata,
+            &c.deployment.as_ref().expect("a Deployment").metadata,
             &c.service.metadata,
             &c.hpa.as_ref().expect("hpa").metadata,
         ];
@@ -487,7 +511,10 @@ spec:
                 .cloned()
         };
         assert_eq!(track(c).as_deref(), Some("canary"));
-        assert_eq!(track(&p.children.deployment).as_deref(), Some("stable"));
+        assert_eq!(
+            track(p.children.deployment.as_ref().expect("a Deployment")).as_deref(),
+            Some("stable")
+        );
         assert_eq!(
             c.spec
                 .selector
@@ -499,7 +526,12 @@ spec:
             "the canary's ReplicaSets never adopt stable pods"
         );
         assert_eq!(
-            p.children.deployment.spec.selector,
+            p.children
+                .deployment
+                .as_ref()
+                .expect("a Deployment")
+                .spec
+                .selector,
             deployment::build(&valid(), None).spec.selector,
             "the stable selector never changes: it is immutable"
         );
@@ -529,6 +561,8 @@ spec:
                 &plan(&canary_and_route(), None, &Prior::default())
                     .children
                     .deployment
+                    .as_ref()
+                    .expect("a Deployment")
                     .spec
                     .template,
             )
@@ -642,7 +676,11 @@ spec:
             ..Prior::offline()
         };
         let p = plan(&canary_and_route(), None, &prior);
-        assert_eq!(p.children.deployment, old, "no restart of the stable pods");
+        assert_eq!(
+            p.children.deployment,
+            Some(old),
+            "no restart of the stable pods"
+        );
         assert_eq!(backends(&p.children)[0], ("llama".to_string(), 75));
     }
 

@@ -41,6 +41,7 @@ pub fn diagnose(pods: &[Pod], gpu: GpuRequest<'_>) -> Option<Problem> {
                 .flatten()
                 .chain(s.container_statuses.iter().flatten())
         });
+        let before = found.len();
         for cs in statuses {
             if let Some(p) = image_pull_problem(cs).or_else(|| crash_loop_problem(cs)) {
                 found.push(p);
@@ -48,6 +49,12 @@ pub fn diagnose(pods: &[Pod], gpu: GpuRequest<'_>) -> Option<Problem> {
         }
         if let Some(p) = scheduling_problem(pod, gpu) {
             found.push(p);
+        }
+        // In a group, which member blocks it is what a human needs.
+        if let Some(m) = super::groups::member(pod) {
+            for p in &mut found[before..] {
+                p.message = format!("{}: {}", super::groups::describe(m), p.message);
+            }
         }
     }
     let rank = |r: &str| match r {
@@ -425,5 +432,30 @@ pub(crate) mod tests {
         let p = one.expect("problem");
         assert_eq!(p.reason, "ImagePullFailed");
         assert!(p.message.ends_with("(2 pods)"), "{}", p.message);
+    }
+
+    #[test]
+    fn a_group_member_that_blocks_is_named_by_its_place() {
+        let mut worker = unschedulable(
+            "llama-0-1",
+            "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+        );
+        worker.metadata.labels = Some(
+            [
+                ("leaderworkerset.sigs.k8s.io/group-index", "0"),
+                ("leaderworkerset.sigs.k8s.io/worker-index", "1"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        );
+        let p = diagnose(&[worker], GPU).expect("a problem");
+        assert_eq!(p.reason, reasons::INSUFFICIENT_GPU);
+        assert!(
+            p.message
+                .starts_with("worker 1 of group 0: no node has 2 free nvidia.com/gpu"),
+            "{}",
+            p.message
+        );
     }
 }

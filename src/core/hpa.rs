@@ -25,10 +25,13 @@ pub fn build(v: &ValidSpec, owner: Option<&OwnerReference>) -> Option<Horizontal
     Some(HorizontalPodAutoscaler {
         metadata: child_meta(v, owner),
         spec: HorizontalPodAutoscalerSpec {
-            scale_target_ref: CrossVersionObjectReference {
-                api_version: Some("apps/v1".into()),
-                kind: "Deployment".into(),
-                name: v.name.clone(),
+            scale_target_ref: {
+                let (api_version, kind) = scale_target(v);
+                CrossVersionObjectReference {
+                    api_version: Some(api_version),
+                    kind,
+                    name: v.name.clone(),
+                }
             },
             min_replicas: Some(a.min_replicas),
             max_replicas: a.max_replicas,
@@ -51,6 +54,20 @@ pub fn build(v: &ValidSpec, owner: Option<&OwnerReference>) -> Option<Horizontal
         },
         status: None,
     })
+}
+
+/// What an autoscaler scales: the Deployment, or the LeaderWorkerSet
+/// (through its scale subresource, in groups) when the replicas are groups.
+/// (apiVersion, kind).
+pub fn scale_target(v: &ValidSpec) -> (String, String) {
+    if v.spec.pipeline() > 1 {
+        (
+            format!("{}/{}", crate::api::lws::GROUP, crate::api::lws::VERSION),
+            crate::api::lws::KIND.into(),
+        )
+    } else {
+        ("apps/v1".into(), "Deployment".into())
+    }
 }
 
 #[cfg(test)]

@@ -33,7 +33,10 @@ pub fn build(v: &ValidSpec, owner: Option<&OwnerReference>) -> Option<ScaledObje
             "serverAddress".to_string(),
             v.prometheus_address.clone().unwrap_or_default(),
         ),
-        ("query".to_string(), query(&a.metric, &v.namespace, &v.name)),
+        (
+            "query".to_string(),
+            query(&a.metric, &v.namespace, &serving_pods(v)),
+        ),
         ("threshold".to_string(), a.target_queue_length.to_string()),
         (
             "activationThreshold".to_string(),
@@ -43,10 +46,13 @@ pub fn build(v: &ValidSpec, owner: Option<&OwnerReference>) -> Option<ScaledObje
     Some(ScaledObject::new(
         child_meta(v, owner),
         ScaledObjectSpec {
-            scale_target_ref: ScaleTargetRef {
-                api_version: "apps/v1".into(),
-                kind: "Deployment".into(),
-                name: v.name.clone(),
+            scale_target_ref: {
+                let (api_version, kind) = super::hpa::scale_target(v);
+                ScaleTargetRef {
+                    api_version,
+                    kind,
+                    name: v.name.clone(),
+                }
             },
             min_replica_count: a.min_replicas,
             max_replica_count: a.max_replicas,
@@ -61,21 +67,33 @@ pub fn build(v: &ValidSpec, owner: Option<&OwnerReference>) -> Option<ScaledObje
     ))
 }
 
-/// The PromQL that sums `metric` over the pods of ModelService `name`'s
-/// stable Deployment (see [`pod_pattern`]). `metric` is a metric name (the
+/// The PromQL that sums `metric` over the pods whose names match `pods`
+/// (see [`serving_pods`]). `metric` is a metric name (the
 /// schema keeps it non-empty); a name with characters PromQL does not allow
 /// in a bare name (vLLM's colons are allowed) is quoted into the selector
 /// instead.
-pub fn query(metric: &str, namespace: &str, name: &str) -> String {
+pub fn query(metric: &str, namespace: &str, pods: &str) -> String {
     let selector = format!(
         "namespace=\"{}\",pod=~\"{}\"",
         escape(namespace),
-        escape(&pod_pattern(name))
+        escape(pods)
     );
     if is_bare_metric_name(metric) {
         format!("sum({metric}{{{selector}}})")
     } else {
         format!("sum({{__name__=\"{}\",{selector}}})", escape(metric))
+    }
+}
+
+/// The pattern of the pods that serve `v`'s requests: the Deployment's
+/// pods, or with groups the leaders, which LWS's StatefulSet names
+/// `<name>-<group>` (a worker's name has one more `-<index>`, which the
+/// anchored pattern refuses).
+pub fn serving_pods(v: &ValidSpec) -> String {
+    if v.spec.pipeline() > 1 {
+        format!("{}-[0-9]+", v.name)
+    } else {
+        pod_pattern(&v.name)
     }
 }
 
@@ -270,7 +288,7 @@ mod tests {
     #[test]
     fn a_metric_that_is_not_a_bare_name_is_quoted() {
         assert_eq!(
-            query("queue depth", "ns", "m"),
+            query("queue depth", "ns", &pod_pattern("m")),
             r#"sum({__name__="queue depth",namespace="ns",pod=~"m-[a-z0-9]{1,10}-[a-z0-9]{5}"})"#
         );
     }

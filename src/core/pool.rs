@@ -13,6 +13,7 @@ use super::tracks::TRACK_LABEL;
 use crate::api::inference::{
     EndpointPickerRef, InferencePool, InferencePoolSpec, LabelSelector, Port,
 };
+use crate::api::lws::labels::WORKER_INDEX;
 use crate::api::{FailureMode, RouteBackend};
 
 /// Whether `v` routes through InferencePools.
@@ -34,6 +35,10 @@ pub fn build(
     let mut labels: BTreeMap<String, String> = selector_labels(&v.name);
     if let Some(t) = track {
         labels.insert(TRACK_LABEL.to_string(), t.to_string());
+    }
+    // Only a group's leader serves.
+    if v.spec.pipeline() > 1 {
+        labels.insert(WORKER_INDEX.to_string(), "0".to_string());
     }
     let failure_mode = match v.spec.route.as_ref().map(|r| r.failure_mode()) {
         Some(FailureMode::FailOpen) => "FailOpen",

@@ -40,6 +40,11 @@ pub const AUTOSCALER_UNAVAILABLE: &str = "AutoscalerUnavailable";
 pub const AUTOSCALER_NOT_READY: &str = "AutoscalerNotReady";
 /// Degraded: the spec asks for a route, and the cluster has no Gateway API.
 pub const ROUTE_UNAVAILABLE: &str = "RouteUnavailable";
+/// Ready=False, Degraded: the spec asks for groups of pods
+/// (`parallelism.pipeline` above 1), and the cluster has no LeaderWorkerSet.
+pub const MULTI_NODE_UNAVAILABLE: &str = "MultiNodeUnavailable";
+/// Degraded: a group of pods keeps being recreated (a member keeps failing).
+pub const GROUP_RECREATING: &str = "GroupRecreating";
 /// CanaryHealthy=True: every canary pod is ready.
 pub const SERVING: &str = "Serving";
 /// CanaryHealthy=True: canary pods are still starting.

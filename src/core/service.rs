@@ -7,14 +7,21 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use super::ValidSpec;
 use super::deployment::PORT_NAME;
 use super::labels::{child_meta, selector_labels};
+use crate::api::lws::labels::WORKER_INDEX;
 
-/// Builds the ClusterIP Service for `v`.
-pub fn build(v: &ValidSpec, owner: Option<&OwnerReference>) -> Service {
+/// Builds the ClusterIP Service for `v`. `leaders_only`: the replicas are
+/// groups, and only a group's leader serves (workers also have no `http`
+/// port, so even a Service that selects them never sends them a request).
+pub fn build(v: &ValidSpec, owner: Option<&OwnerReference>, leaders_only: bool) -> Service {
+    let mut selector = selector_labels(&v.name);
+    if leaders_only {
+        selector.insert(WORKER_INDEX.to_string(), "0".to_string());
+    }
     Service {
         metadata: child_meta(v, owner),
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".into()),
-            selector: Some(selector_labels(&v.name)),
+            selector: Some(selector),
             ports: Some(vec![ServicePort {
                 name: Some(PORT_NAME.into()),
                 port: v.spec.runtime.port,
@@ -45,7 +52,7 @@ mod tests {
     fn service_exposes_the_named_port_and_selects_the_pods() {
         let mut v = valid();
         v.spec.runtime.port = 9000;
-        let s = build(&v, None).spec.expect("spec");
+        let s = build(&v, None, false).spec.expect("spec");
         assert_eq!(s.type_.as_deref(), Some("ClusterIP"));
         let p = &s.ports.expect("ports")[0];
         assert_eq!(p.port, 9000);

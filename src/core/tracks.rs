@@ -109,7 +109,7 @@ pub fn label_track(d: &mut Deployment, track: &str, select: bool) {
 
 /// A Service that reaches one track only: `<name>-stable` or `<name>-canary`.
 pub fn track_service(v: &ValidSpec, owner: Option<&OwnerReference>, track: &str) -> Service {
-    let mut s = service::build(v, owner);
+    let mut s = service::build(v, owner, false);
     s.metadata.name = Some(format!("{}-{track}", v.name));
     if let Some(spec) = s.spec.as_mut() {
         let mut sel = selector_labels(&v.name);

@@ -54,6 +54,44 @@ impl fmt::Display for InvalidSpec {
 
 impl std::error::Error for InvalidSpec {}
 
+/// The longest name of a ModelService whose replicas are groups: LWS names
+/// a group's StatefulSet `<name>-<group>`, and the StatefulSet's revision
+/// label `<name>-<group>-<hash>` must fit in 63 characters.
+pub const MAX_NAME_WITH_GROUPS: usize = 45;
+
+/// `parallelism`: what the schema cannot check, and what a group needs.
+fn check_parallelism(problems: &mut Vec<String>, name: &str, spec: &ModelServiceSpec) {
+    let Some(p) = &spec.parallelism else {
+        return;
+    };
+    check_range(problems, "spec.parallelism.pipeline", p.pipeline, 1, 16);
+    if let Some(t) = p.tensor
+        && t != spec.resources.gpus
+    {
+        problems.push(format!(
+            "spec.parallelism.tensor ({t}) must equal spec.resources.gpus ({}): both are the GPUs of one pod; set one of them",
+            spec.resources.gpus
+        ));
+    }
+    if p.pipeline <= 1 {
+        return;
+    }
+    if spec.resources.gpus < 1 {
+        problems.push("spec.parallelism.pipeline above 1 splits the model over the GPUs of several pods: spec.resources.gpus must be at least 1".into());
+    }
+    if !super::multinode::supported(spec.runtime.preset) {
+        problems.push("spec.parallelism.pipeline above 1 needs a runtime with a multi-node mode: runtime.preset vllm, sglang or none (TGI has none)".into());
+    }
+    if spec.rollout.canary.is_some() {
+        problems.push("spec.rollout.canary is not supported with spec.parallelism.pipeline above 1 yet: roll out by changing the spec (the LeaderWorkerSet replaces groups one at a time)".into());
+    }
+    if name.len() > MAX_NAME_WITH_GROUPS {
+        problems.push(format!(
+            "metadata.name {name:?} is too long for spec.parallelism.pipeline above 1: the LeaderWorkerSet's StatefulSets are named {name}-<group> with a revision label of 10 more characters, so the name must be at most {MAX_NAME_WITH_GROUPS} characters"
+        ));
+    }
+}
+
 /// Validates `ms`. `namespace` falls back to `default_namespace` because a
 /// document given to `render` may omit it.
 pub fn validate(ms: &ModelService, default_namespace: &str) -> Result<ValidSpec, InvalidSpec> {
@@ -126,6 +164,7 @@ pub fn validate_with(
     check_range(&mut problems, "spec.runtime.port", rt.port, 1, 65535);
     let res = &spec.resources;
     check_range(&mut problems, "spec.resources.gpus", res.gpus, 0, 16);
+    check_parallelism(&mut problems, &name, spec);
     if let Err(e) = check_extended_resource_name(&res.gpu_resource) {
         problems.push(format!(
             "spec.resources.gpuResource {:?} is not a valid extended resource name: {e} (for example nvidia.com/gpu)",
