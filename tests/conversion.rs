@@ -256,9 +256,18 @@ fn version_strategy()
     )
 }
 
+/// `parallelism`, v1beta1-only: one pod or a group per replica.
+fn parallelism() -> impl Strategy<Value = Option<api::Parallelism>> {
+    proptest::option::of(
+        (proptest::option::of(1..=8i32), 1..=4i32)
+            .prop_map(|(tensor, pipeline)| api::Parallelism { tensor, pipeline }),
+    )
+}
+
 fn beta_spec() -> impl Strategy<Value = api::ModelServiceSpec> {
-    (alpha_spec(), preset(), keda_fields(), version_strategy()).prop_map(
-        |(a, preset, keda, (surge, canary, route))| api::ModelServiceSpec {
+    (alpha_spec(), preset(), keda_fields(), version_strategy(), parallelism()).prop_map(
+        |(a, preset, keda, (surge, canary, route), parallelism)| api::ModelServiceSpec {
+            parallelism,
             model: api::Model {
                 name: a.model,
                 version: a.model_version,

@@ -833,4 +833,51 @@ spec:
         let b = build_children(&valid(), None).to_yaml().expect("yaml");
         assert_eq!(a, b);
     }
+
+    fn grouped() -> ValidSpec {
+        let mut v = valid();
+        v.spec.parallelism = Some(crate::api::Parallelism {
+            tensor: None,
+            pipeline: 2,
+        });
+        v
+    }
+
+    #[test]
+    fn groups_replace_the_deployment_and_the_service_selects_leaders() {
+        let c = build_children(&grouped(), None);
+        assert_eq!(c.deployment, None);
+        let g = c.groups.as_ref().expect("a LeaderWorkerSet");
+        assert_eq!(g.metadata.name.as_deref(), Some("llama"));
+        assert_eq!(g.spec.leader_worker_template.size, 2);
+        let selector = c.service.spec.as_ref().and_then(|s| s.selector.clone());
+        assert_eq!(
+            selector.and_then(|s| s.get("leaderworkerset.sigs.k8s.io/worker-index").cloned()),
+            Some("0".to_string())
+        );
+        let hpa = c.hpa.as_ref().expect("an HPA");
+        assert_eq!(hpa.spec.scale_target_ref.kind, "LeaderWorkerSet");
+        assert_eq!(
+            hpa.spec.scale_target_ref.api_version.as_deref(),
+            Some("leaderworkerset.x-k8s.io/v1")
+        );
+        let yaml = c.to_yaml().expect("yaml");
+        assert!(yaml.contains("kind: LeaderWorkerSet") && !yaml.contains("kind: Deployment"));
+        // One pod per replica: the Deployment as ever.
+        let one = build_children(&valid(), None);
+        assert!(one.deployment.is_some() && one.groups.is_none());
+    }
+
+    #[test]
+    fn while_the_deployment_still_serves_the_service_selects_both() {
+        let prior = Prior {
+            switching: true,
+            ..Prior::offline()
+        };
+        let p = plan(&grouped(), None, &prior);
+        assert_eq!(
+            p.children.service.spec.and_then(|s| s.selector),
+            Some(crate::core::labels::selector_labels("llama"))
+        );
+    }
 }

@@ -568,4 +568,43 @@ mod tests {
         ms.spec.runtime.preset = None;
         assert!(validate(&ms, "default").is_ok(), "no preset sets no env");
     }
+
+    #[test]
+    fn parallelism_is_checked_against_what_a_group_needs() {
+        let with = |tensor, pipeline, f: &dyn Fn(&mut ModelService)| {
+            let mut ms = sample();
+            ms.spec.resources.gpus = 4;
+            ms.spec.parallelism = Some(crate::api::Parallelism { tensor, pipeline });
+            f(&mut ms);
+            validate(&ms, "default")
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(with(Some(4), 2, &|_| ()), Ok(()));
+        assert_eq!(with(None, 1, &|_| ()), Ok(()));
+        let err = |r: Result<(), String>| r.expect_err("invalid");
+        assert!(
+            err(with(Some(8), 2, &|_| ()))
+                .contains("spec.parallelism.tensor (8) must equal spec.resources.gpus (4)")
+        );
+        assert!(err(with(None, 17, &|_| ())).contains("spec.parallelism.pipeline is 17"));
+        assert!(
+            err(with(None, 2, &|ms| ms.spec.resources.gpus = 0)).contains("must be at least 1")
+        );
+        assert!(
+            err(with(None, 2, &|ms| ms.spec.runtime.preset =
+                Some(crate::api::Preset::Tgi)))
+            .contains("TGI has none")
+        );
+        assert!(
+            err(with(None, 2, &|ms| ms.metadata.name = Some("a".repeat(46))))
+                .contains("at most 45")
+        );
+        // pipeline 1 is one pod per replica: none of the group's limits.
+        assert_eq!(
+            with(None, 1, &|ms| ms.spec.runtime.preset =
+                Some(crate::api::Preset::Tgi)),
+            Ok(())
+        );
+    }
 }

@@ -274,6 +274,23 @@ impl Env {
             .await;
     }
 
+    /// Installs LeaderWorkerSet's CRD (v0.10.0, as upstream ships it) and
+    /// waits until it is served. No LWS controller runs: scenarios start
+    /// `lws::LwsController`, which does its part.
+    pub async fn install_lws_crd(&self) {
+        self.install_crd(
+            "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
+            crate::lws::lws_api(&self.client, &self.namespace),
+        )
+        .await;
+    }
+
+    /// Removes the LeaderWorkerSet CRD and waits until it is gone.
+    pub async fn remove_lws_crd(&self) {
+        self.remove_crd("leaderworkersets.leaderworkerset.x-k8s.io")
+            .await;
+    }
+
     /// Applies a CRD from `tests/fixtures/crds/` and waits until `api` answers.
     async fn install_crd(&self, file: &str, api: Api<DynamicObject>) {
         let text = std::fs::read_to_string(

@@ -25,9 +25,16 @@ watchNamespace). Included by templates/rbac.yaml.
   resources: ["modelservices/finalizers"]
   verbs: ["update"]
 # Child Deployment: the serving pods, with their GPU requests; a canary's is
-# deleted when rollout.canary is removed (and the stable track has rolled out).
+# deleted when rollout.canary is removed (and the stable track has rolled out),
+# the stable one once a LeaderWorkerSet that replaces it is ready.
 - apiGroups: ["apps"]
   resources: ["deployments"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Child LeaderWorkerSet: the serving groups, with parallelism.pipeline above 1
+# (a replica over several nodes); deleted once the Deployment that replaces it
+# is ready. Discovering leaderworkerset.x-k8s.io/v1 needs no permission.
+- apiGroups: ["leaderworkerset.x-k8s.io"]
+  resources: ["leaderworkersets"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Child Service: the in-cluster address of the model, and one per track with a
 # canary; those go with the canary.

@@ -21,6 +21,8 @@
 //!   new pods within maxSurge and deletes old ones only while maxUnavailable
 //!   allows (so maxSurge 0 with one replica shows 0 ready pods for a moment,
 //!   and maxSurge 1 never does); Recreate deletes every old pod first;
+//! - pods no Deployment owns (a LeaderWorkerSet's, which the e2e suite
+//!   makes as the LWS controller would) are scheduled and run the same way;
 //! - image pulls: an image whose reference contains `.invalid/` or ends in
 //!   `:does-not-exist` fails with ErrImagePull, then ImagePullBackOff, on
 //!   the real node's timeline and in its words (see `kubelet`);
@@ -304,6 +306,7 @@ async fn step(client: &Client, shape: &ClusterShape) -> Result<(), kube::Error> 
         }
     }
 
+    let by_deployment: Vec<String> = deps.iter().filter_map(|d| d.metadata.uid.clone()).collect();
     for d in deps {
         if d.metadata.deletion_timestamp.is_some() {
             continue;
@@ -410,57 +413,8 @@ async fn step(client: &Client, shape: &ClusterShape) -> Result<(), kube::Error> 
             .collect();
         for p in running {
             total += 1;
-            let pod_name = p.name_any();
-            let key = format!("{ns}/{pod_name}");
-            let gpus = pod_gpus(p, &shape.gpu_resource);
-            let node = match placed.get(&key) {
-                Some(i) => Some(*i),
-                None => {
-                    let fit = (0..free.len()).find(|i| free[*i] >= gpus && selects(p, *i, shape));
-                    if let Some(i) = fit {
-                        free[i] -= gpus;
-                        placed.insert(key.clone(), i);
-                    }
-                    fit
-                }
-            };
-            let existing = pods.get_opt(&pod_name).await?;
-            let Some(existing) = existing else { continue };
-            let status = pod_status(
-                &existing,
-                node,
-                gpus,
-                shape,
-                &pod_image(p),
-                existing.status.as_ref(),
-            );
-            if node.is_some()
-                && existing
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.node_name.clone())
-                    .is_none()
-                && let Some(i) = node
-            {
-                let bind = json!({"spec": {"nodeName": node_name(i)}});
-                pods.patch(&pod_name, &PatchParams::default(), &Patch::Merge(&bind))
-                    .await?;
-            }
-            if status
-                .get("containerStatuses")
-                .and_then(|c| c[0]["ready"].as_bool())
-                == Some(true)
-            {
+            if run_pod(&pods, p, &mut free, &mut placed, shape).await? {
                 ready += 1;
-            }
-            let current_status = serde_json::to_value(&existing.status).unwrap_or(Value::Null);
-            if !same_status(&current_status, &status) {
-                pods.patch_status(
-                    &pod_name,
-                    &PatchParams::apply(FIELD_MANAGER),
-                    &Patch::Merge(&json!({"status": status})),
-                )
-                .await?;
             }
         }
         let updated = current_count + created.len();
@@ -494,7 +448,83 @@ async fn step(client: &Client, shape: &ClusterShape) -> Result<(), kube::Error> 
                 .await?;
         }
     }
+    // Pods no Deployment owns (a LeaderWorkerSet's, made by the suite's
+    // stand-in for its controller): scheduled and run like the others, as
+    // the scheduler and the kubelet run any pod.
+    for p in &all_pods {
+        let owned = p
+            .owner_references()
+            .iter()
+            .any(|o| o.kind == "Deployment" && by_deployment.contains(&o.uid));
+        if owned || p.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &p.namespace().unwrap_or_default());
+        run_pod(&pods, p, &mut free, &mut placed, shape).await?;
+    }
     Ok(())
+}
+
+/// Schedules `p` (where it is not placed yet) and reports its status as its
+/// kubelet would. True when it is ready.
+async fn run_pod(
+    pods: &Api<Pod>,
+    p: &Pod,
+    free: &mut [i64],
+    placed: &mut BTreeMap<String, usize>,
+    shape: &ClusterShape,
+) -> Result<bool, kube::Error> {
+    let pod_name = p.name_any();
+    let key = format!("{}/{pod_name}", p.namespace().unwrap_or_default());
+    let gpus = pod_gpus(p, &shape.gpu_resource);
+    let node = match placed.get(&key) {
+        Some(i) => Some(*i),
+        None => {
+            let fit = (0..free.len()).find(|i| free[*i] >= gpus && selects(p, *i, shape));
+            if let Some(i) = fit {
+                free[i] -= gpus;
+                placed.insert(key.clone(), i);
+            }
+            fit
+        }
+    };
+    let existing = pods.get_opt(&pod_name).await?;
+    let Some(existing) = existing else {
+        return Ok(false);
+    };
+    let status = pod_status(
+        &existing,
+        node,
+        gpus,
+        shape,
+        &pod_image(p),
+        existing.status.as_ref(),
+    );
+    if existing
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .is_none()
+        && let Some(i) = node
+    {
+        let bind = json!({"spec": {"nodeName": node_name(i)}});
+        pods.patch(&pod_name, &PatchParams::default(), &Patch::Merge(&bind))
+            .await?;
+    }
+    let ready = status
+        .get("containerStatuses")
+        .and_then(|c| c[0]["ready"].as_bool())
+        == Some(true);
+    let current_status = serde_json::to_value(&existing.status).unwrap_or(Value::Null);
+    if !same_status(&current_status, &status) {
+        pods.patch_status(
+            &pod_name,
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Merge(&json!({"status": status})),
+        )
+        .await?;
+    }
+    Ok(ready)
 }
 
 fn deployments_ns(client: &Client, ns: &str) -> Api<Deployment> {

@@ -1,0 +1,249 @@
+//! Models bigger than a node: with `parallelism.pipeline` above 1 each
+//! replica is a group of pods on a LeaderWorkerSet, the Service reaches the
+//! leaders only, status counts groups whose every member is ready and names
+//! the member that blocks one, the autoscaler scales groups, and switching
+//! between one pod and a group per replica never leaves the model without a
+//! ready replica.
+//!
+//! No LWS controller runs in either back end: `lws::LwsController` does its
+//! part. The API server checks every LeaderWorkerSet against the upstream
+//! v0.10.0 CRD. The CRD-missing case is in `multinode_missing`, which runs
+//! alone.
+
+use fake_apiserver::simulator::ClusterShape;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Patch, PatchParams};
+use serde_json::{Value, json};
+
+use crate::harness::{CONVERGE, Env, real_cluster, wait_for};
+use crate::lws::{LwsController, lws_api};
+use crate::observe::*;
+
+/// The real cluster's shape (`../shared/k8s`: 3 nodes of 2 GPUs), for the fake too.
+fn small_gpu_nodes() -> ClusterShape {
+    ClusterShape {
+        nodes: 3,
+        gpus_per_node: 2,
+        gpu_resource: "nvidia.com/gpu".into(),
+    }
+}
+
+fn spec(pipeline: i32, gpus: i32) -> Value {
+    json!({"model": {"name": "meta-llama/Llama-3.1-405B-Instruct"},
+        "runtime": {"image": serving_image(), "preset": "vllm", "port": 8000},
+        "resources": {"gpus": gpus}, "replicas": 1,
+        "parallelism": {"pipeline": pipeline}})
+}
+
+async fn lws(env: &Env, name: &str) -> Option<Value> {
+    lws_api(&env.client, &env.namespace)
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()
+        .map(|o| o.data)
+}
+
+async fn selector(env: &Env, name: &str) -> Value {
+    let s = env.api::<Service>().get(name).await.expect("the Service");
+    serde_json::to_value(s.spec.and_then(|s| s.selector)).unwrap_or_default()
+}
+
+fn ready_replicas(ms: &modelservice_operator::api::ModelService) -> i32 {
+    ms.status
+        .as_ref()
+        .and_then(|s| s.ready_replicas)
+        .unwrap_or(-1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_model_runs_as_groups_ready_only_when_every_member_is() {
+    let env = Env::with_shape(small_gpu_nodes()).await;
+    env.install_lws_crd().await;
+    let _op = env.operator().start();
+    let name = "multi";
+    env.apply_ms_v1beta1(name, spec(2, 1)).await;
+
+    // The groups: two pods each, the leader serving with both sizes, the
+    // workers joining it, each pod with the GPU limit.
+    let l = wait_for("the LeaderWorkerSet", CONVERGE, || lws(&env, name)).await;
+    let t = &l["spec"]["leaderWorkerTemplate"];
+    assert_eq!(t["size"], 2);
+    assert_eq!(t["restartPolicy"], "RecreateGroupOnPodRestart");
+    assert_eq!(l["spec"]["startupPolicy"], "LeaderCreated");
+    let leader = &t["leaderTemplate"]["spec"]["containers"][0];
+    let worker = &t["workerTemplate"]["spec"]["containers"][0];
+    let args: Vec<&str> = leader["args"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    for pair in [
+        ["--tensor-parallel-size", "1"],
+        ["--pipeline-parallel-size", "2"],
+        ["--distributed-executor-backend", "ray"],
+    ] {
+        assert!(args.windows(2).any(|w| w == pair), "{pair:?} in {args:?}");
+    }
+    assert!(
+        worker["command"][2]
+            .as_str()
+            .is_some_and(|c| c.contains("ray start --address=\"$LWS_LEADER_ADDRESS:6379\"")),
+        "{worker}"
+    );
+    for c in [leader, worker] {
+        assert_eq!(c["resources"]["limits"]["nvidia.com/gpu"], "1", "{c}");
+    }
+    assert!(worker.get("readinessProbe").is_none(), "workers serve no HTTP");
+    assert!(deployment(&env, name).await.is_none(), "no Deployment");
+    assert_eq!(
+        selector(&env, name).await["leaderworkerset.sigs.k8s.io/worker-index"],
+        "0",
+        "the Service selects leaders"
+    );
+
+    // Nothing runs until the LWS controller acts: not Ready.
+    let ms = wait_ms(&env, name, "a status", CONVERGE, |_| true).await;
+    assert_ne!(condition(&ms, "Ready").map(|c| c.0), Some("True".into()));
+
+    let _lws = LwsController::start(&env);
+    let ms = wait_ready(&env, name).await;
+    assert_eq!(ready_replicas(&ms), 1);
+    assert_eq!(message(&ms, "Ready"), "1/1 replicas ready");
+
+    // Four pods of 2 GPUs on three nodes of 2: one member waits, so its
+    // group is not ready, and status names that member.
+    env.apply_ms_v1beta1(name, spec(4, 2)).await;
+    let ms = wait_ms(&env, name, "InsufficientGPU", CONVERGE, |ms| {
+        condition(ms, "Ready") == Some(("False".into(), "InsufficientGPU".into()))
+    })
+    .await;
+    let m = message(&ms, "Ready");
+    assert!(
+        m.contains(" of group 0: no node has 2 free nvidia.com/gpu"),
+        "{m}"
+    );
+    if !real_cluster() {
+        // The fake places pods in name order: the last worker waits.
+        assert!(m.starts_with("worker 3 of group 0: "), "{m}");
+    }
+    assert_eq!(ready_replicas(&ms), 0, "three of four members are no group");
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_autoscaler_scales_groups_and_the_operator_never_fights_it() {
+    let env = Env::with_shape(small_gpu_nodes()).await;
+    env.install_lws_crd().await;
+    let _op = env.operator().start();
+    let _lws = LwsController::start(&env);
+    let name = "multi-hpa";
+    let mut s = spec(2, 1);
+    s["autoscaling"] = json!({"minReplicas": 1, "maxReplicas": 3, "targetQueueLength": 5});
+    env.apply_ms_v1beta1(name, s.clone()).await;
+
+    let hpa = wait_for("the HPA", CONVERGE, || async {
+        env.api::<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler>()
+            .get_opt(name)
+            .await
+            .ok()
+            .flatten()
+    })
+    .await;
+    let target = hpa.spec.scale_target_ref;
+    assert_eq!(
+        (target.api_version.as_deref(), target.kind.as_str(), target.name.as_str()),
+        (Some("leaderworkerset.x-k8s.io/v1"), "LeaderWorkerSet", name)
+    );
+    wait_ready(&env, name).await;
+
+    // The autoscaler asks for two groups, through the LWS's scale
+    // subresource, as the HPA does.
+    lws_api(&env.client, &env.namespace)
+        .patch_scale(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"replicas": 2}})),
+        )
+        .await
+        .expect("scale the LeaderWorkerSet");
+    // A spec change makes the operator apply the LWS again: it leaves the
+    // count alone.
+    s["runtime"]["args"] = json!(["--max-model-len", "4096"]);
+    env.apply_ms_v1beta1(name, s).await;
+    let ms = wait_ms(&env, name, "two ready groups", CONVERGE, |ms| {
+        ready_replicas(ms) == 2 && condition(ms, "Ready").is_some_and(|c| c.0 == "True")
+    })
+    .await;
+    assert_eq!(message(&ms, "Ready"), "2/2 replicas ready");
+    let l = lws(&env, name).await.expect("the LeaderWorkerSet");
+    assert_eq!(l["spec"]["replicas"], 2, "the autoscaler's count stays");
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switching_between_one_pod_and_groups_keeps_a_ready_replica() {
+    let env = Env::with_shape(small_gpu_nodes()).await;
+    env.install_lws_crd().await;
+    let _op = env.operator().start();
+    let name = "switch";
+    env.apply_ms_v1beta1(name, spec(1, 1)).await;
+    wait_ready(&env, name).await;
+    assert!(lws(&env, name).await.is_none(), "pipeline 1: no groups");
+
+    // To groups: the LWS comes, and the Deployment serves until its
+    // groups are ready, the Service selecting both meanwhile.
+    env.apply_ms_v1beta1(name, spec(2, 1)).await;
+    wait_for("the LeaderWorkerSet", CONVERGE, || lws(&env, name)).await;
+    let ms = wait_ms(&env, name, "the switch reported", CONVERGE, |_| true).await;
+    assert_ne!(condition(&ms, "Ready").map(|c| c.0), Some("True".into()));
+    let d = deployment(&env, name).await.expect("the Deployment stays");
+    assert_eq!(d.status.and_then(|s| s.ready_replicas), Some(1));
+    assert!(
+        selector(&env, name).await["leaderworkerset.sigs.k8s.io/worker-index"].is_null(),
+        "the Service still reaches the Deployment's pod"
+    );
+    let _lws = LwsController::start(&env);
+    wait_for("the Deployment to go once the groups are ready", CONVERGE, || async {
+        let dep_ready = deployment(&env, name)
+            .await
+            .map(|d| d.status.and_then(|s| s.ready_replicas).unwrap_or(0));
+        let groups_ready = lws(&env, name)
+            .await
+            .and_then(|l| l["status"]["readyReplicas"].as_i64())
+            .unwrap_or(0);
+        assert!(
+            dep_ready.unwrap_or(0) >= 1 || groups_ready >= 1,
+            "no ready replica: Deployment {dep_ready:?}, groups {groups_ready}"
+        );
+        dep_ready.is_none().then_some(())
+    })
+    .await;
+    wait_ready(&env, name).await;
+    wait_for("the Service to select leaders", CONVERGE, || async {
+        (selector(&env, name).await["leaderworkerset.sigs.k8s.io/worker-index"] == "0").then_some(())
+    })
+    .await;
+
+    // And back: the Deployment first, the groups once it is ready.
+    env.apply_ms_v1beta1(name, spec(1, 1)).await;
+    wait_for("the groups to go once the Deployment is ready", CONVERGE, || async {
+        let dep_ready = deployment(&env, name)
+            .await
+            .and_then(|d| d.status.and_then(|s| s.ready_replicas))
+            .unwrap_or(0);
+        let groups = lws(&env, name).await;
+        let groups_ready = groups
+            .as_ref()
+            .and_then(|l| l["status"]["readyReplicas"].as_i64())
+            .unwrap_or(0);
+        assert!(
+            dep_ready >= 1 || groups_ready >= 1,
+            "no ready replica: Deployment {dep_ready}, groups {groups_ready}"
+        );
+        groups.is_none().then_some(())
+    })
+    .await;
+    wait_ready(&env, name).await;
+    assert!(selector(&env, name).await["leaderworkerset.sigs.k8s.io/worker-index"].is_null());
+    env.finish().await;
+}
