@@ -384,6 +384,7 @@ proptest! {
             || spec.rollout.surge != Some(api::Surge::Never)
             || spec.rollout.canary.is_some()
             || spec.route.is_some()
+            || spec.parallelism.is_some()
             || spec.autoscaling.as_ref().is_some_and(|a| {
                 a.engine.is_some()
                     || a.prometheus.is_some()
