@@ -101,6 +101,28 @@ async fn every_call_the_operator_makes_is_granted() {
     .await;
     env.apply_ms_v1beta1("rbac-pool", pooled(false)).await;
     gone::<k8s_openapi::api::rbac::v1::Role>(&env, "rbac-pool-epp", "the pool's Role").await;
+    // Groups: a LeaderWorkerSet in place of the Deployment, then back,
+    // the Deployment deleted once the groups are ready and the reverse.
+    env.install_lws_crd().await;
+    let _lws = crate::lws::LwsController::start(&env);
+    let grouped = |pipeline: i32| {
+        json!({"model": {"name": "m"}, "runtime": {"image": serving_image()},
+            "resources": {"gpus": 1}, "parallelism": {"pipeline": pipeline}})
+    };
+    env.apply_ms_v1beta1("rbac-groups", grouped(1)).await;
+    wait_ready(&env, "rbac-groups").await;
+    env.apply_ms_v1beta1("rbac-groups", grouped(2)).await;
+    gone::<k8s_openapi::api::apps::v1::Deployment>(&env, "rbac-groups", "the Deployment").await;
+    env.apply_ms_v1beta1("rbac-groups", grouped(1)).await;
+    wait_for("the groups to go", CONVERGE, || async {
+        crate::lws::lws_api(&env.client, &env.namespace)
+            .get_opt("rbac-groups")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
     env.api::<modelservice_operator::api::ModelService>()
         .delete("rbac", &Default::default())
         .await
@@ -128,6 +150,8 @@ async fn every_call_the_operator_makes_is_granted() {
         ("patch", "roles"),
         ("delete", "rolebindings"),
         ("patch", "inferencepools"),
+        ("patch", "leaderworkersets"),
+        ("delete", "leaderworkersets"),
     ] {
         assert!(
             used.contains(&(verb.to_string(), resource.to_string())),

@@ -30,7 +30,18 @@ async fn a_converged_operator_makes_no_writes_across_resyncs() {
             "route": {"parentRefs": [{"name": "gw"}], "backend": "InferencePool"}}),
     )
     .await;
+    // Groups on a LeaderWorkerSet, its leaders-only Service and its HPA.
+    env.install_lws_crd().await;
+    let _lws = crate::lws::LwsController::start(&env);
+    env.apply_ms_v1beta1(
+        "calm-groups",
+        serde_json::json!({"model": {"name": "m"}, "runtime": {"image": serving_image()},
+            "resources": {"gpus": 1}, "parallelism": {"pipeline": 2},
+            "autoscaling": {"maxReplicas": 2}}),
+    )
+    .await;
     wait_ready(&env, "calm").await;
+    wait_ready(&env, "calm-groups").await;
     wait_ready(&env, "calm-auto").await;
     wait_ready(&env, "calm-pool").await;
     // Let in-flight events (our own status write, the simulator's last
