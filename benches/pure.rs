@@ -41,7 +41,9 @@ fn pure_path(c: &mut Criterion) {
         block_owner_deletion: Some(true),
     };
     let mut observed_dep: Deployment =
-        build_children(&validate(&ms, "default").expect("valid"), Some(&owner)).deployment;
+        build_children(&validate(&ms, "default").expect("valid"), Some(&owner))
+            .deployment
+            .expect("one pod per replica: a Deployment");
     observed_dep.metadata.generation = Some(1);
     observed_dep.status = serde_json::from_value(serde_json::json!({"observedGeneration": 1, "replicas": 1,
         "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1,
@@ -72,6 +74,7 @@ fn pure_path(c: &mut Criterion) {
                 autoscaler: None,
                 canary: None,
                 route: None,
+                recreating: None,
             };
             black_box((unchanged, compute(ms.status.as_ref(), &o, &now)))
         })

@@ -265,55 +265,62 @@ fn parallelism() -> impl Strategy<Value = Option<api::Parallelism>> {
 }
 
 fn beta_spec() -> impl Strategy<Value = api::ModelServiceSpec> {
-    (alpha_spec(), preset(), keda_fields(), version_strategy(), parallelism()).prop_map(
-        |(a, preset, keda, (surge, canary, route), parallelism)| api::ModelServiceSpec {
-            parallelism,
-            model: api::Model {
-                name: a.model,
-                version: a.model_version,
-            },
-            runtime: api::Runtime {
-                image: a.image,
-                preset,
-                args: a.args,
-                env: a.env,
-                port: a.port,
-            },
-            replicas: a.replicas,
-            resources: api::Resources {
-                gpus: a.gpus,
-                gpu_resource: a.gpu_resource,
-                cpu: a.resources.as_ref().and_then(|r| r.cpu.clone()),
-                memory: a.resources.and_then(|r| r.memory),
-            },
-            scheduling: api::Scheduling {
-                node_selector: a.node_selector,
-                tolerations: a.tolerations,
-            },
-            rollout: api::Rollout {
-                strategy: a.strategy,
-                surge,
-                canary,
-            },
-            route,
-            autoscaling: a.autoscaling.map(|x| api::Autoscaling {
-                engine: keda.0,
-                // Scale to zero, with KEDA, in some cases.
-                min_replicas: if keda.0 == Some(api::Engine::Keda) && x.min_replicas % 2 == 0 {
-                    0
-                } else {
-                    x.min_replicas
-                },
-                max_replicas: x.max_replicas,
-                target_queue_length: x.target_queue_length,
-                metric: x.metric,
-                prometheus: keda.1.map(|address| api::PrometheusSource { address }),
-                activation_queue_length: keda.2,
-                cooldown_seconds: keda.3,
-                polling_seconds: keda.4,
-            }),
-        },
+    (
+        alpha_spec(),
+        preset(),
+        keda_fields(),
+        version_strategy(),
+        parallelism(),
     )
+        .prop_map(|(a, preset, keda, (surge, canary, route), parallelism)| {
+            api::ModelServiceSpec {
+                parallelism,
+                model: api::Model {
+                    name: a.model,
+                    version: a.model_version,
+                },
+                runtime: api::Runtime {
+                    image: a.image,
+                    preset,
+                    args: a.args,
+                    env: a.env,
+                    port: a.port,
+                },
+                replicas: a.replicas,
+                resources: api::Resources {
+                    gpus: a.gpus,
+                    gpu_resource: a.gpu_resource,
+                    cpu: a.resources.as_ref().and_then(|r| r.cpu.clone()),
+                    memory: a.resources.and_then(|r| r.memory),
+                },
+                scheduling: api::Scheduling {
+                    node_selector: a.node_selector,
+                    tolerations: a.tolerations,
+                },
+                rollout: api::Rollout {
+                    strategy: a.strategy,
+                    surge,
+                    canary,
+                },
+                route,
+                autoscaling: a.autoscaling.map(|x| api::Autoscaling {
+                    engine: keda.0,
+                    // Scale to zero, with KEDA, in some cases.
+                    min_replicas: if keda.0 == Some(api::Engine::Keda) && x.min_replicas % 2 == 0 {
+                        0
+                    } else {
+                        x.min_replicas
+                    },
+                    max_replicas: x.max_replicas,
+                    target_queue_length: x.target_queue_length,
+                    metric: x.metric,
+                    prometheus: keda.1.map(|address| api::PrometheusSource { address }),
+                    activation_queue_length: keda.2,
+                    cooldown_seconds: keda.3,
+                    polling_seconds: keda.4,
+                }),
+            }
+        })
 }
 
 fn object(api_version: &str, spec: Value, metadata: Value, status: Option<Value>) -> Value {

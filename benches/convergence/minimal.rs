@@ -193,6 +193,7 @@ pub async fn patch_status(client: &Client, ns: &str, ms: &ModelService) {
         autoscaler: None,
         canary: None,
         route: None,
+        recreating: None,
     };
     let status = compute(
         None,

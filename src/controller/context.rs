@@ -172,6 +172,8 @@ pub struct Context {
     pub failures: super::backoff::Failures,
     /// Surge decisions we applied, and the last read of free GPUs.
     pub surge: super::surge::Memory,
+    /// The leaders of each group seen, for recreations.
+    pub recreations: super::groups::Recreations,
 }
 
 /// The key of the per-object tables below: `namespace/name`.
@@ -206,6 +208,7 @@ impl Context {
             status_writes: Default::default(),
             failures: Default::default(),
             surge: Default::default(),
+            recreations: Default::default(),
         }
     }
 
@@ -231,6 +234,7 @@ impl Context {
         self.finalized.forget(&key);
         super::apply::forget(self, namespace, name);
         self.surge.forget(namespace, name);
+        self.recreations.forget(namespace, name);
         self.metrics.forget(namespace, name);
     }
 }

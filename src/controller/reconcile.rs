@@ -358,7 +358,15 @@ async fn report_status(
                 .unwrap_or(0),
         })
         .collect();
+    // Groups that start over, from their leaders (cached pods, no request).
+    let recreating = (ms.spec.pipeline() > 1).then(|| {
+        let members = super::observe::pods(ctx, ns, name, Track::Except(CANARY));
+        let leaders = crate::core::groups::leaders(&members);
+        let counts = ctx.recreations.observe(ns, name, &leaders, Instant::now());
+        crate::core::groups::recreating(&counts)
+    });
     let observed = Observed {
+        recreating: recreating.flatten(),
         name,
         namespace: ns,
         generation: ms.metadata.generation.unwrap_or(0),

@@ -12,6 +12,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentStatus};
 use k8s_openapi::api::core::v1::Pod;
 
+use super::diagnosis::Problem;
+use super::reasons;
 use crate::api::lws::LeaderWorkerSetStatus;
 use crate::api::lws::labels::{GROUP_INDEX, WORKER_INDEX};
 
@@ -94,6 +96,41 @@ pub fn as_rollout(
             ..DeploymentCondition::default()
         }]),
         ..DeploymentStatus::default()
+    })
+}
+
+/// The leader of each group among `pods`, by its uid: a group that LWS
+/// recreates (`RecreateGroupOnPodRestart`) gets a new leader.
+pub fn leaders(pods: &[Pod]) -> BTreeMap<i32, String> {
+    pods.iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| match member(p)? {
+            (g, 0) => Some((g, p.metadata.uid.clone()?)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// How long recreations of a group are counted.
+pub const RECREATION_WINDOW_MINUTES: u64 = 10;
+/// Recreations within the window that make a loop: a group that starts
+/// over once may have lost a node; twice is a member that keeps failing.
+pub const RECREATIONS_SAID: usize = 2;
+
+/// The problem of the group recreated most often in the window, once that
+/// is [`RECREATIONS_SAID`] times or more: its restarts start over with each
+/// new pod, so a crash loop or a member that never finishes loading would
+/// otherwise never show.
+pub fn recreating(recreations: &BTreeMap<i32, usize>) -> Option<Problem> {
+    let (group, times) = recreations
+        .iter()
+        .filter(|(_, n)| **n >= RECREATIONS_SAID)
+        .max_by_key(|(g, n)| (**n, -**g))?;
+    Some(Problem {
+        reason: reasons::GROUP_RECREATING,
+        message: format!(
+            "group {group} was recreated {times} times in the last {RECREATION_WINDOW_MINUTES} minutes: one of its pods keeps failing, and a group starts over as a whole when a member restarts (RecreateGroupOnPodRestart); see `kubectl logs --previous` and the events of its pods"
+        ),
     })
 }
 
@@ -193,5 +230,26 @@ mod tests {
         let mut p = group_pod(0, 1, true);
         p.metadata.labels = None;
         assert_eq!(member(&p), None);
+    }
+
+    #[test]
+    fn a_group_recreated_twice_is_a_problem_and_once_is_not() {
+        assert_eq!(recreating(&BTreeMap::from([(0, 1), (1, 0)])), None);
+        let p = recreating(&BTreeMap::from([(0, 1), (1, 3), (2, 3)])).expect("a loop");
+        assert_eq!(p.reason, reasons::GROUP_RECREATING);
+        assert!(
+            p.message.starts_with("group 1 was recreated 3 times"),
+            "{}",
+            p.message
+        );
+    }
+
+    #[test]
+    fn leaders_are_found_by_group() {
+        let mut l = group_pod(0, 0, true);
+        l.metadata.uid = Some("u0".into());
+        let mut w = group_pod(0, 1, true);
+        w.metadata.uid = Some("u1".into());
+        assert_eq!(leaders(&[l, w]), BTreeMap::from([(0, "u0".to_string())]));
     }
 }

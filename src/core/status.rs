@@ -41,6 +41,8 @@ pub struct Observed<'a> {
     pub canary: Option<CanarySeen<'a>>,
     /// The route, when the spec has one.
     pub route: Option<RouteSeen<'a>>,
+    /// A group of pods that keeps being recreated (see `groups::recreating`).
+    pub recreating: Option<Problem>,
 }
 
 /// KEDA as observed for one ModelService.
@@ -134,11 +136,16 @@ pub fn compute(
     let problem = o.blocked.clone().or_else(|| {
         (!matches!(state, Rollout::Complete { .. }))
             .then(|| {
-                diagnose(o.pods, o.gpu).or_else(|| {
-                    let undecided = matches!(state, Rollout::Missing | Rollout::NotObserved)
-                        || diagnosis::undecided(o.pods);
-                    undecided.then(|| still_open(previous)).flatten()
-                })
+                // A group that starts over is said first: its new pods
+                // show no crash of their own.
+                o.recreating
+                    .clone()
+                    .or_else(|| diagnose(o.pods, o.gpu))
+                    .or_else(|| {
+                        let undecided = matches!(state, Rollout::Missing | Rollout::NotObserved)
+                            || diagnosis::undecided(o.pods);
+                        undecided.then(|| still_open(previous)).flatten()
+                    })
             })
             .flatten()
     });
@@ -266,8 +273,9 @@ pub fn compute(
             // needs a human, but the model still serves at its current
             // size: only Degraded says so.
             let side = o
-                .autoscaler
-                .and_then(|k| k.problem())
+                .recreating
+                .clone()
+                .or_else(|| o.autoscaler.and_then(|k| k.problem()))
                 .or_else(|| o.route.as_ref().and_then(strategy_status::route_problem));
             let degraded = match side {
                 Some(p) => Wanted::new(ct::DEGRADED, true, p.reason, p.message),
@@ -383,6 +391,7 @@ mod tests {
             autoscaler: None,
             canary: None,
             route: None,
+            recreating: None,
         }
     }
 

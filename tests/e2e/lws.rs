@@ -140,7 +140,10 @@ async fn one(
         .await?
         .items;
     let mut groups: BTreeMap<i32, Vec<Pod>> = BTreeMap::new();
-    for p in mine.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()) {
+    for p in mine
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+    {
         if let Some(g) = index(&p, GROUP_INDEX) {
             groups.entry(g).or_default().push(p);
         }
@@ -171,7 +174,9 @@ async fn one(
     }
     for g in &gone {
         for p in groups.remove(g).unwrap_or_default() {
-            let _ = pods.delete(&p.name_any(), &DeleteParams::background()).await;
+            let _ = pods
+                .delete(&p.name_any(), &DeleteParams::background())
+                .await;
         }
     }
     for g in 0..replicas {

@@ -10,6 +10,8 @@
 //! v0.10.0 CRD. The CRD-missing case is in `multinode_missing`, which runs
 //! alone.
 
+use std::time::Duration;
+
 use fake_apiserver::simulator::ClusterShape;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Patch, PatchParams};
@@ -93,7 +95,10 @@ async fn a_pipeline_model_runs_as_groups_ready_only_when_every_member_is() {
     for c in [leader, worker] {
         assert_eq!(c["resources"]["limits"]["nvidia.com/gpu"], "1", "{c}");
     }
-    assert!(worker.get("readinessProbe").is_none(), "workers serve no HTTP");
+    assert!(
+        worker.get("readinessProbe").is_none(),
+        "workers serve no HTTP"
+    );
     assert!(deployment(&env, name).await.is_none(), "no Deployment");
     assert_eq!(
         selector(&env, name).await["leaderworkerset.sigs.k8s.io/worker-index"],
@@ -151,7 +156,11 @@ async fn an_autoscaler_scales_groups_and_the_operator_never_fights_it() {
     .await;
     let target = hpa.spec.scale_target_ref;
     assert_eq!(
-        (target.api_version.as_deref(), target.kind.as_str(), target.name.as_str()),
+        (
+            target.api_version.as_deref(),
+            target.kind.as_str(),
+            target.name.as_str()
+        ),
         (Some("leaderworkerset.x-k8s.io/v1"), "LeaderWorkerSet", name)
     );
     wait_ready(&env, name).await;
@@ -203,47 +212,83 @@ async fn switching_between_one_pod_and_groups_keeps_a_ready_replica() {
         "the Service still reaches the Deployment's pod"
     );
     let _lws = LwsController::start(&env);
-    wait_for("the Deployment to go once the groups are ready", CONVERGE, || async {
-        let dep_ready = deployment(&env, name)
-            .await
-            .map(|d| d.status.and_then(|s| s.ready_replicas).unwrap_or(0));
-        let groups_ready = lws(&env, name)
-            .await
-            .and_then(|l| l["status"]["readyReplicas"].as_i64())
-            .unwrap_or(0);
-        assert!(
-            dep_ready.unwrap_or(0) >= 1 || groups_ready >= 1,
-            "no ready replica: Deployment {dep_ready:?}, groups {groups_ready}"
-        );
-        dep_ready.is_none().then_some(())
-    })
+    wait_for(
+        "the Deployment to go once the groups are ready",
+        CONVERGE,
+        || async {
+            let dep_ready = deployment(&env, name)
+                .await
+                .map(|d| d.status.and_then(|s| s.ready_replicas).unwrap_or(0));
+            let groups_ready = lws(&env, name)
+                .await
+                .and_then(|l| l["status"]["readyReplicas"].as_i64())
+                .unwrap_or(0);
+            assert!(
+                dep_ready.unwrap_or(0) >= 1 || groups_ready >= 1,
+                "no ready replica: Deployment {dep_ready:?}, groups {groups_ready}"
+            );
+            dep_ready.is_none().then_some(())
+        },
+    )
     .await;
     wait_ready(&env, name).await;
     wait_for("the Service to select leaders", CONVERGE, || async {
-        (selector(&env, name).await["leaderworkerset.sigs.k8s.io/worker-index"] == "0").then_some(())
+        (selector(&env, name).await["leaderworkerset.sigs.k8s.io/worker-index"] == "0")
+            .then_some(())
     })
     .await;
 
     // And back: the Deployment first, the groups once it is ready.
     env.apply_ms_v1beta1(name, spec(1, 1)).await;
-    wait_for("the groups to go once the Deployment is ready", CONVERGE, || async {
-        let dep_ready = deployment(&env, name)
-            .await
-            .and_then(|d| d.status.and_then(|s| s.ready_replicas))
-            .unwrap_or(0);
-        let groups = lws(&env, name).await;
-        let groups_ready = groups
-            .as_ref()
-            .and_then(|l| l["status"]["readyReplicas"].as_i64())
-            .unwrap_or(0);
-        assert!(
-            dep_ready >= 1 || groups_ready >= 1,
-            "no ready replica: Deployment {dep_ready}, groups {groups_ready}"
-        );
-        groups.is_none().then_some(())
-    })
+    wait_for(
+        "the groups to go once the Deployment is ready",
+        CONVERGE,
+        || async {
+            let dep_ready = deployment(&env, name)
+                .await
+                .and_then(|d| d.status.and_then(|s| s.ready_replicas))
+                .unwrap_or(0);
+            let groups = lws(&env, name).await;
+            let groups_ready = groups
+                .as_ref()
+                .and_then(|l| l["status"]["readyReplicas"].as_i64())
+                .unwrap_or(0);
+            assert!(
+                dep_ready >= 1 || groups_ready >= 1,
+                "no ready replica: Deployment {dep_ready}, groups {groups_ready}"
+            );
+            groups.is_none().then_some(())
+        },
+    )
     .await;
     wait_ready(&env, name).await;
     assert!(selector(&env, name).await["leaderworkerset.sigs.k8s.io/worker-index"].is_null());
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_that_keeps_starting_over_is_reported() {
+    let env = Env::with_shape(small_gpu_nodes()).await;
+    env.install_lws_crd().await;
+    let _op = env.operator().start();
+    let _lws = LwsController::start(&env);
+    let name = "restarts";
+    // Every member crashes: LWS recreates the group each time, so no pod
+    // lives long enough to show a crash loop of its own.
+    let mut s = spec(2, 1);
+    s["runtime"]["image"] = json!("registry.example/crashloop:v1");
+    s["runtime"]["preset"] = json!("none");
+    env.apply_ms_v1beta1(name, s).await;
+    let ms = wait_ms(
+        &env,
+        name,
+        "GroupRecreating",
+        Duration::from_secs(120),
+        |ms| condition(ms, "Ready") == Some(("False".into(), "GroupRecreating".into())),
+    )
+    .await;
+    let m = message(&ms, "Degraded");
+    assert!(m.starts_with("group 0 was recreated "), "{m}");
+    assert!(m.contains("RecreateGroupOnPodRestart"), "{m}");
     env.finish().await;
 }

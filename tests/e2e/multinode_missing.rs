@@ -23,16 +23,23 @@ async fn without_leaderworkerset_groups_give_a_reason_and_recover_when_it_comes(
         "resources": {"gpus": 1}, "replicas": 1, "parallelism": {"pipeline": 2}});
     env.apply_ms_v1beta1(name, spec).await;
 
-    let ms = wait_ms(&env, name, "Degraded MultiNodeUnavailable", CONVERGE, |ms| {
-        condition(ms, "Degraded") == Some(("True".into(), "MultiNodeUnavailable".into()))
-    })
+    let ms = wait_ms(
+        &env,
+        name,
+        "Degraded MultiNodeUnavailable",
+        CONVERGE,
+        |ms| condition(ms, "Degraded") == Some(("True".into(), "MultiNodeUnavailable".into())),
+    )
     .await;
     assert_eq!(
         condition(&ms, "Ready"),
         Some(("False".into(), "MultiNodeUnavailable".into()))
     );
     let m = message(&ms, "Degraded");
-    assert!(m.contains("LeaderWorkerSet") && m.contains("pipeline is 2"), "{m}");
+    assert!(
+        m.contains("LeaderWorkerSet") && m.contains("pipeline is 2"),
+        "{m}"
+    );
     // Nothing of a spec that cannot run: no Deployment in its place.
     assert!(deployment(&env, name).await.is_none());
     if !real_cluster() {
@@ -42,7 +49,9 @@ async fn without_leaderworkerset_groups_give_a_reason_and_recover_when_it_comes(
             "requests for an API the cluster does not serve: {calls:?}"
         );
         assert!(
-            !calls.iter().any(|(v, r)| v != "get" && v != "list" && v != "watch" && r == "services"),
+            !calls
+                .iter()
+                .any(|(v, r)| v != "get" && v != "list" && v != "watch" && r == "services"),
             "a Service for a spec that cannot run: {calls:?}"
         );
     }
