@@ -133,6 +133,7 @@ async fn apply_all(
         hpa,
         scaled_object,
         canary,
+        canary_groups,
         stable_service,
         canary_service,
         route,
@@ -218,8 +219,9 @@ async fn apply_all(
     let scaled_object =
         apply_wanted::<ScaledObjectChild>(ctx, scaled_object.as_ref(), done, &mut unavailable)
             .await?;
-    let canary = match canary {
-        Some(c) => {
+    let canary_name = tracks::canary_name(name);
+    let canary = match (canary, canary_groups) {
+        (Some(c), _) => {
             let applied = match canary_applied {
                 Some(applied) => applied,
                 None => {
@@ -231,16 +233,31 @@ async fn apply_all(
             for s in [stable_service, canary_service].into_iter().flatten() {
                 done.push(apply_one::<ServiceChild>(ctx, s).await?.1);
             }
+            // A canary of the other shape is only a canary: it goes.
+            stale
+                .remove::<LeaderWorkerSetChild>(&canary_name, true)
+                .await?;
             Some(applied)
         }
-        None => {
+        (None, Some(g)) => {
+            let (applied, d) = apply_one::<LeaderWorkerSetChild>(ctx, g).await?;
+            done.push(d);
+            for s in [stable_service, canary_service].into_iter().flatten() {
+                done.push(apply_one::<ServiceChild>(ctx, s).await?.1);
+            }
+            stale.remove::<DeploymentChild>(&canary_name, true).await?;
+            super::groups::as_deployment(ctx, &applied)
+        }
+        (None, None) => {
             // Promotion: the canary serves until the stable track has
             // rolled out the spec it was promoted to, so capacity never dips.
             let stable_done = super::groups::ready(deployment.as_ref());
-            let (canary_name, stable_name) =
-                (tracks::canary_name(name), tracks::stable_service_name(name));
+            let stable_name = tracks::stable_service_name(name);
             stale
                 .remove::<DeploymentChild>(&canary_name, stable_done)
+                .await?;
+            stale
+                .remove::<LeaderWorkerSetChild>(&canary_name, stable_done)
                 .await?;
             stale
                 .remove::<ServiceChild>(&canary_name, stable_done)

@@ -6,8 +6,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
-
 use super::Context;
 use super::children::{Cached, Child, LeaderWorkerSetChild};
 use super::lean::LeanDeployment;
@@ -15,40 +13,34 @@ use super::observe::{Track, cached, pods};
 use crate::core::groups::{self, RECREATION_WINDOW_MINUTES};
 use crate::core::tracks::{CANARY, canary_may_go};
 
-/// What of the LWS's spec the rollout is judged from.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Shape {
-    replicas: Option<i32>,
-    leader_worker_template: Option<Size>,
-}
-
-#[derive(Deserialize)]
-struct Size {
-    size: Option<i32>,
-}
-
 /// `lws` as a Deployment would be: its generation, its replicas (groups),
-/// and a status counted in groups whose every member is ready. `None`
-/// when its names are missing or the result cannot be read back.
+/// its annotations (a canary's rollback and hold), its leaders' pod
+/// template, and a status counted in groups whose every member is ready.
+/// `None` when its names are missing or the result cannot be read back.
 pub fn as_deployment(ctx: &Context, lws: &Cached<LeaderWorkerSetChild>) -> Option<LeanDeployment> {
     let meta = &lws.metadata;
     let (ns, name) = (meta.namespace.as_deref()?, meta.name.as_deref()?);
-    let shape = lws
-        .spec
-        .as_deref()
-        .and_then(|raw| serde_json::from_str::<Shape>(raw.get()).ok());
+    let whole = lws.to_json().ok()?;
+    let spec = &whole["spec"];
     // The API server's defaults, for a spec that leaves them out.
-    let replicas = shape.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-    let size = shape
-        .and_then(|s| s.leader_worker_template)
-        .and_then(|t| t.size)
-        .unwrap_or(1);
-    let members = pods(ctx, ns, name, Track::Except(CANARY));
+    let replicas = spec["replicas"].as_i64().map_or(1, |r| r as i32);
+    let t = &spec["leaderWorkerTemplate"];
+    let size = t["size"].as_i64().map_or(1, |s| s as i32);
+    // Its pods are its ModelService's, of its track, as its template says.
+    let labels = &t["leaderTemplate"]["metadata"]["labels"];
+    let model = labels[crate::core::labels::INSTANCE_LABEL]
+        .as_str()
+        .unwrap_or(name);
+    let members = if labels[crate::core::tracks::TRACK_LABEL].as_str() == Some(CANARY) {
+        pods(ctx, ns, model, Track::Only(CANARY))
+    } else {
+        pods(ctx, ns, model, Track::Except(CANARY))
+    };
     let status = groups::as_rollout(lws.status.as_ref(), replicas, size, &members);
     let doc = serde_json::json!({
-        "metadata": {"name": name, "namespace": ns, "generation": meta.generation},
-        "spec": {"replicas": replicas},
+        "metadata": {"name": name, "namespace": ns, "generation": meta.generation,
+            "annotations": whole["metadata"]["annotations"]},
+        "spec": {"replicas": replicas, "template": t["leaderTemplate"]},
         "status": status,
     });
     serde_json::from_str(&doc.to_string()).ok()

@@ -155,7 +155,10 @@ impl Acted {
         failure: Option<Error>,
     ) -> Self {
         let store = &ctx.stores.deployments.store;
-        let canary = cached(store, ns, &tracks::canary_name(name)).map(|d| d.as_ref().clone());
+        let canary_name = tracks::canary_name(name);
+        let canary = cached(store, ns, &canary_name)
+            .map(|d| d.as_ref().clone())
+            .or_else(|| super::groups::cached_state(ctx, ns, &canary_name));
         let rolled_back = canary
             .as_ref()
             .and_then(|c| c.annotation(rollback::ANNOTATION))

@@ -2,6 +2,8 @@
 //! before this reconcile, from the caches, plus the canary's pods when they
 //! can explain a failure.
 
+use std::sync::Arc;
+
 use super::children::{Child, LeaderWorkerSetChild};
 use super::lean::LeanDeployment;
 use super::observe::{Track, cached, pods};
@@ -11,17 +13,26 @@ use crate::core::status::needs_pods;
 use crate::core::tracks::{CANARY, Readiness, canary_may_go, canary_name};
 use crate::core::{Prior, ValidSpec, canary_wait, rollback};
 
+/// The cached workload `name` of `v`'s shape: a Deployment, or with
+/// groups a LeaderWorkerSet stated as one (see `groups`).
+fn workload(ctx: &Context, v: &ValidSpec, name: &str) -> Option<Arc<LeanDeployment>> {
+    if v.spec.pipeline() > 1 {
+        super::groups::cached_state(ctx, &v.namespace, name).map(Arc::new)
+    } else {
+        cached(&ctx.stores.deployments.store, &v.namespace, name)
+    }
+}
+
 /// The world the children of `v` are planned in.
 pub async fn prior(ctx: &Context, v: &ValidSpec) -> Result<Prior, Error> {
     let (ns, name) = (v.namespace.as_str(), v.name.as_str());
-    let store = &ctx.stores.deployments.store;
-    let stable = cached(store, ns, name);
+    let stable = workload(ctx, v, name);
     let canary = v
         .spec
         .rollout
         .canary
         .as_ref()
-        .and_then(|_| cached(store, ns, &canary_name(name)));
+        .and_then(|_| workload(ctx, v, &canary_name(name)));
     let ready = |d: Option<&LeanDeployment>| {
         d.and_then(|d| d.status.as_ref())
             .and_then(|s| s.ready_replicas)
@@ -52,7 +63,7 @@ pub async fn prior(ctx: &Context, v: &ValidSpec) -> Result<Prior, Error> {
     };
     // The workload of the other shape, until the new one is ready.
     let other = if v.spec.pipeline() > 1 {
-        stable.is_some()
+        cached(&ctx.stores.deployments.store, ns, name).is_some()
     } else {
         cached(&LeaderWorkerSetChild::cache(&ctx.stores).store, ns, name).is_some()
     };

@@ -36,6 +36,9 @@ pub struct Children {
     pub scaled_object: Option<ScaledObject>,
     /// The canary Deployment `<name>-canary`, with `rollout.canary`.
     pub canary: Option<Deployment>,
+    /// The canary LeaderWorkerSet `<name>-canary`, with `rollout.canary`
+    /// and groups, in place of the canary Deployment.
+    pub canary_groups: Option<LeaderWorkerSet>,
     /// The Services of each track, `<name>-stable` and `<name>-canary`,
     /// with `rollout.canary`: what a route weighs.
     pub stable_service: Option<Service>,
@@ -125,6 +128,22 @@ pub struct Plan {
     pub canary_held: Option<i32>,
 }
 
+/// The pod template `d` gives the pods of `v`, as JSON: the Deployment's,
+/// or with groups the leaders' (what is compared with the cached one).
+fn pod_template(v: &ValidSpec, d: &Deployment) -> Value {
+    let t = if v.spec.pipeline() > 1 {
+        serde_json::to_value(
+            leader_worker_set::build(v, d, 0, None)
+                .spec
+                .leader_worker_template
+                .leader_template,
+        )
+    } else {
+        serde_json::to_value(&d.spec.template)
+    };
+    t.unwrap_or_default()
+}
+
 /// Builds every child of `v` as `render` shows them.
 pub fn build_children(v: &ValidSpec, owner: Option<&OwnerReference>) -> Children {
     plan(v, owner, &Prior::offline()).children
@@ -133,16 +152,18 @@ pub fn build_children(v: &ValidSpec, owner: Option<&OwnerReference>) -> Children
 /// Builds every child of `v`, each owned by `owner` when given, in the
 /// world `prior` describes.
 pub fn plan(v: &ValidSpec, owner: Option<&OwnerReference>, prior: &Prior) -> Plan {
+    let grouped = v.spec.pipeline() > 1;
     let mut deployment = deployment::build(v, owner);
-    let unlabelled = serde_json::to_value(&deployment.spec.template).unwrap_or_default();
+    let unlabelled = pod_template(v, &deployment);
     let stable_labelled = tracks::stable_labelled(&unlabelled, prior.stable_template.as_ref());
     if stable_labelled {
         tracks::label_track(&mut deployment, STABLE, false);
     }
     let stable_rolls = prior.stable_rolling_out
-        || prior.stable_template.as_ref().is_some_and(|t| {
-            serde_json::to_value(&deployment.spec.template).is_ok_and(|want| !is_subset(&want, t))
-        });
+        || prior
+            .stable_template
+            .as_ref()
+            .is_some_and(|t| !is_subset(&pod_template(v, &deployment), t));
     let mut canary_held = None;
     let (canary, rolled_back) = match tracks::canary_spec(v) {
         Some(c) => {
@@ -152,9 +173,10 @@ pub fn plan(v: &ValidSpec, owner: Option<&OwnerReference>, prior: &Prior) -> Pla
             // A failure counts against this template only if the pods that
             // failed run it: right after a new canary image is applied, the
             // pods seen are still the old template's.
-            let runs_it = prior.canary_template.as_ref().is_some_and(|t| {
-                serde_json::to_value(&d.spec.template).is_ok_and(|want| is_subset(&want, t))
-            });
+            let runs_it = prior
+                .canary_template
+                .as_ref()
+                .is_some_and(|t| is_subset(&pod_template(&c, &d), t));
             let cause = prior.canary_cause.clone().filter(|_| runs_it);
             let rb = rollback::decide(&d, prior.canary_kept.as_deref(), cause);
             if let Some(rb) = &rb {
@@ -231,7 +253,17 @@ pub fn plan(v: &ValidSpec, owner: Option<&OwnerReference>, prior: &Prior) -> Pla
             config: endpoint_picker::config(v, owner),
         }
     });
-    let grouped = v.spec.pipeline() > 1;
+    // With groups, the canary is a second LeaderWorkerSet, decided as
+    // the Deployment would be (held, rolled back) and made from it.
+    let (canary, canary_groups) = match (canary, tracks::canary_spec(v)) {
+        (Some(d), Some(c)) if grouped => {
+            let mut g = leader_worker_set::build(&c, &d, 0, owner);
+            g.metadata = d.metadata.clone();
+            g.spec.replicas = d.spec.replicas;
+            (None, Some(g))
+        }
+        (d, _) => (d, None),
+    };
     let (deployment, groups) = if grouped {
         let g = leader_worker_set::build(v, &deployment, prior.group_surge, owner);
         (None, Some(g))
@@ -246,6 +278,7 @@ pub fn plan(v: &ValidSpec, owner: Option<&OwnerReference>, prior: &Prior) -> Pla
             hpa: hpa::build(v, owner),
             scaled_object: keda::build(v, owner),
             canary,
+            canary_groups,
             stable_service: with_canary.map(|_| tracks::track_service(v, owner, STABLE)),
             canary_service: with_canary.map(|_| tracks::track_service(v, owner, CANARY)),
             route: route::build(v, owner, &backends),
@@ -267,6 +300,7 @@ impl Children {
             hpa,
             scaled_object,
             canary,
+            canary_groups,
             stable_service,
             canary_service,
             route,
@@ -287,6 +321,9 @@ impl Children {
             docs.push(serde_yaml::to_string(s)?);
         }
         if let Some(c) = canary {
+            docs.push(serde_yaml::to_string(c)?);
+        }
+        if let Some(c) = canary_groups {
             docs.push(serde_yaml::to_string(c)?);
         }
         for s in [stable_service, canary_service].into_iter().flatten() {
@@ -879,5 +916,52 @@ spec:
             p.children.service.spec.and_then(|s| s.selector),
             Some(crate::core::labels::selector_labels("llama"))
         );
+    }
+
+    #[test]
+    fn a_canary_of_groups_is_a_second_leader_worker_set_and_rolls_back_as_one() {
+        let mut v = grouped();
+        v.spec.rollout.canary = canary_and_route().spec.rollout.canary;
+        let p = plan(&v, None, &Prior::offline());
+        assert_eq!(p.children.canary, None);
+        let c = p.children.canary_groups.as_ref().expect("a canary LWS");
+        assert_eq!(c.metadata.name.as_deref(), Some("llama-canary"));
+        let leader = &c.spec.leader_worker_template.leader_template;
+        assert_eq!(
+            serde_json::to_value(leader)
+                .ok()
+                .as_ref()
+                .and_then(tracks::track_of_template),
+            Some("canary")
+        );
+        let canary_svc = p
+            .children
+            .canary_service
+            .as_ref()
+            .and_then(|s| s.spec.as_ref())
+            .and_then(|s| s.selector.clone())
+            .expect("selector");
+        assert_eq!(
+            canary_svc
+                .get("leaderworkerset.sigs.k8s.io/worker-index")
+                .map(String::as_str),
+            Some("0")
+        );
+
+        // Its pods crash: the canary's groups go to 0, and say why.
+        let prior = Prior {
+            canary_template: serde_json::to_value(leader).ok(),
+            canary_cause: Some(("CrashLooping".into(), "it crashes".into())),
+            ..Prior::offline()
+        };
+        let p = plan(&v, None, &prior);
+        let c = p.children.canary_groups.expect("a canary LWS");
+        assert_eq!(c.spec.replicas, Some(0));
+        assert!(
+            c.metadata
+                .annotations
+                .is_some_and(|a| a.contains_key(rollback::ANNOTATION))
+        );
+        assert!(p.rolled_back.is_some());
     }
 }

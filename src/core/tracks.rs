@@ -114,6 +114,10 @@ pub fn track_service(v: &ValidSpec, owner: Option<&OwnerReference>, track: &str)
     if let Some(spec) = s.spec.as_mut() {
         let mut sel = selector_labels(&v.name);
         sel.insert(TRACK_LABEL.into(), track.into());
+        // Only a group's leader serves.
+        if v.spec.pipeline() > 1 {
+            sel.insert(crate::api::lws::labels::WORKER_INDEX.into(), "0".into());
+        }
         spec.selector = Some(sel);
     }
     s

@@ -82,12 +82,16 @@ fn check_parallelism(problems: &mut Vec<String>, name: &str, spec: &ModelService
     if !super::multinode::supported(spec.runtime.preset) {
         problems.push("spec.parallelism.pipeline above 1 needs a runtime with a multi-node mode: runtime.preset vllm, sglang or none (TGI has none)".into());
     }
-    if spec.rollout.canary.is_some() {
-        problems.push("spec.rollout.canary is not supported with spec.parallelism.pipeline above 1 yet: roll out by changing the spec (the LeaderWorkerSet replaces groups one at a time)".into());
-    }
-    if name.len() > MAX_NAME_WITH_GROUPS {
+    // The canary's LeaderWorkerSet adds "-canary".
+    let longest = if spec.rollout.canary.is_some() {
+        MAX_NAME_WITH_GROUPS - super::tracks::canary_name("").len()
+    } else {
+        MAX_NAME_WITH_GROUPS
+    };
+    if name.len() > longest {
         problems.push(format!(
-            "metadata.name {name:?} is too long for spec.parallelism.pipeline above 1: the LeaderWorkerSet's StatefulSets are named {name}-<group> with a revision label of 10 more characters, so the name must be at most {MAX_NAME_WITH_GROUPS} characters"
+            "metadata.name {name:?} is too long for spec.parallelism.pipeline above 1: the LeaderWorkerSet's StatefulSets are named <LeaderWorkerSet>-<group> with a revision label of 10 more characters, so the name must be at most {longest} characters{}",
+            if spec.rollout.canary.is_some() { " with rollout.canary (its LeaderWorkerSet is <name>-canary)" } else { "" }
         ));
     }
 }

@@ -292,3 +292,115 @@ async fn a_group_that_keeps_starting_over_is_reported() {
     assert!(m.contains("RecreateGroupOnPodRestart"), "{m}");
     env.finish().await;
 }
+
+/// The route's backends as (Service, weight).
+async fn backends(env: &Env, name: &str) -> Vec<(String, i64)> {
+    let Ok(Some(r)) = env.routes().get_opt(name).await else {
+        return Vec::new();
+    };
+    r.data["spec"]["rules"][0]["backendRefs"]
+        .as_array()
+        .map(|b| {
+            b.iter()
+                .map(|b| {
+                    (
+                        b["name"].as_str().unwrap_or_default().to_string(),
+                        b["weight"].as_i64().unwrap_or(1),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_of_groups_is_a_second_lws_weighed_by_its_ready_groups() {
+    let env = Env::with_shape(small_gpu_nodes()).await;
+    env.install_lws_crd().await;
+    env.install_gateway_crd().await;
+    let _op = env.operator().start();
+    let name = "multi-canary";
+    let canary_image = format!("{}-canary", serving_image());
+    let mut s = spec(2, 1);
+    s["route"] = json!({"parentRefs": [{"name": "gateway"}]});
+    s["rollout"] = json!({"canary": {"runtime": {"image": canary_image}, "weight": 25}});
+    env.apply_ms_v1beta1(name, s.clone()).await;
+
+    // The canary: its own groups, of its own image, labelled as its track.
+    let c = wait_for("the canary's LeaderWorkerSet", CONVERGE, || {
+        lws(&env, "multi-canary-canary")
+    })
+    .await;
+    let t = &c["spec"]["leaderWorkerTemplate"];
+    assert_eq!(t["size"], 2);
+    for role in ["leaderTemplate", "workerTemplate"] {
+        assert_eq!(
+            t[role]["spec"]["containers"][0]["image"],
+            canary_image.as_str()
+        );
+        assert_eq!(
+            t[role]["metadata"]["labels"]["serving.modelservice.dev/track"],
+            "canary"
+        );
+    }
+    let canary_selector = selector(&env, "multi-canary-canary").await;
+    assert_eq!(canary_selector["serving.modelservice.dev/track"], "canary");
+    assert_eq!(
+        canary_selector["leaderworkerset.sigs.k8s.io/worker-index"],
+        "0"
+    );
+    // No group is ready before the LWS controller acts: no weight to either
+    // track beyond the stable one's.
+    let b = wait_for("the route", CONVERGE, || async {
+        let b = backends(&env, name).await;
+        (!b.is_empty()).then_some(b)
+    })
+    .await;
+    assert!(
+        b.iter()
+            .all(|(svc, w)| svc != "multi-canary-canary" || *w == 0),
+        "weight to a canary with no ready group: {b:?}"
+    );
+
+    let _lws = LwsController::start(&env);
+    wait_for(
+        "the weights once both tracks have ready groups",
+        CONVERGE,
+        || async {
+            let b = backends(&env, name).await;
+            (b == [
+                ("multi-canary-stable".to_string(), 75),
+                ("multi-canary-canary".to_string(), 25),
+            ])
+            .then_some(())
+        },
+    )
+    .await;
+    let ms = wait_ms(&env, name, "CanaryHealthy", CONVERGE, |ms| {
+        condition(ms, "CanaryHealthy").is_some_and(|c| c.0 == "True")
+            && condition(ms, "Ready").is_some_and(|c| c.0 == "True")
+    })
+    .await;
+    let tracks = ms.status.and_then(|s| s.tracks).expect("tracks");
+    assert_eq!(tracks.canary.ready_replicas, 1, "{tracks:?}");
+
+    // Promotion: the canary's image becomes the stable one; the canary's
+    // groups go once the stable groups run it.
+    s["runtime"]["image"] = json!(format!("{}-canary", serving_image()));
+    s["rollout"] = json!({});
+    env.apply_ms_v1beta1(name, s).await;
+    wait_for("the canary's groups to go", CONVERGE, || async {
+        lws(&env, "multi-canary-canary")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let l = lws(&env, name).await.expect("the stable groups");
+    assert_eq!(
+        l["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["image"],
+        format!("{}-canary", serving_image()).as_str()
+    );
+    wait_ready(&env, name).await;
+    env.finish().await;
+}
