@@ -39,6 +39,7 @@ pub fn as_deployment(ctx: &Context, lws: &Cached<LeaderWorkerSetChild>) -> Optio
     let status = groups::as_rollout(lws.status.as_ref(), replicas, size, &members);
     let doc = serde_json::json!({
         "metadata": {"name": name, "namespace": ns, "generation": meta.generation,
+            "resourceVersion": meta.resource_version,
             "annotations": whole["metadata"]["annotations"]},
         "spec": {"replicas": replicas, "template": t["leaderTemplate"]},
         "status": status,

@@ -246,11 +246,13 @@ async fn validate_build_apply(
             None,
         ));
     }
-    // Groups replace (see `core::leader_worker_set`): a surge decision is
-    // the Deployment's.
-    let settled = match plan.children.deployment.as_mut() {
-        Some(d) => surge::settle(ctx, &valid, d).await,
-        None => surge::Settled::default(),
+    let settled = match (
+        plan.children.deployment.as_mut(),
+        plan.children.groups.as_mut(),
+    ) {
+        (Some(d), _) => surge::settle(ctx, &valid, d).await,
+        (None, Some(g)) => surge::settle_groups(ctx, &valid, g).await,
+        (None, None) => surge::Settled::default(),
     };
     // The spec was reported rolled out before: a write now is a repair.
     let repair = report::effective_status(ctx, ms)

@@ -22,7 +22,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::Deployment;
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 
@@ -34,12 +36,16 @@ use serde_json::Value;
 use tracing::info;
 
 use super::Context;
+use super::children::{Child, LeaderWorkerSetChild};
+use super::freshness::Freshness;
 use super::lean::LeanDeployment;
 use super::observe::{Track, cached, pods};
 use super::recent::{self, Recent};
+use crate::api::lws::LeaderWorkerSet;
 use crate::api::{RolloutStrategy, Surge};
 use crate::core::ValidSpec;
 use crate::core::fingerprint;
+use crate::core::leader_worker_set;
 use crate::core::refutation::{self, Verdict};
 use crate::core::rollout::{Rollout, rollout};
 use crate::core::subset::is_subset;
@@ -134,21 +140,55 @@ pub struct Settled {
 /// template. Never fails: a cluster that cannot be read means replace, and
 /// the message says why.
 pub async fn settle(ctx: &Context, v: &ValidSpec, desired: &mut Deployment) -> Settled {
+    let current = cached(&ctx.stores.deployments.store, &v.namespace, &v.name);
+    settle_on(ctx, v, desired, current, &ctx.stores.deployments.fresh).await
+}
+
+/// [`settle`] for groups: the decision is taken on the leaders' pod
+/// template (a group surges only if all of it fits: see
+/// `core::surge::Demand::group`) and carried by the LeaderWorkerSet, its
+/// `maxSurge` counted in groups.
+pub async fn settle_groups(ctx: &Context, v: &ValidSpec, desired: &mut LeaderWorkerSet) -> Settled {
+    let mut proxy = Deployment {
+        metadata: desired.metadata.clone(),
+        spec: DeploymentSpec {
+            replicas: desired.spec.replicas,
+            template: desired.spec.leader_worker_template.leader_template.clone(),
+            ..DeploymentSpec::default()
+        },
+        status: None,
+    };
+    let current = super::groups::cached_state(ctx, &v.namespace, &v.name).map(Arc::new);
+    let fresh = LeaderWorkerSetChild::cache(&ctx.stores).fresh.clone();
+    let settled = settle_on(ctx, v, &mut proxy, current, &fresh).await;
+    if let Some(d) = &settled.decision {
+        leader_worker_set::stamp(desired, d);
+    }
+    settled
+}
+
+/// [`settle`] of `desired`, whose cached copy is `current`, kept by a cache
+/// of freshness `fresh`.
+async fn settle_on(
+    ctx: &Context,
+    v: &ValidSpec,
+    desired: &mut Deployment,
+    current: Option<Arc<LeanDeployment>>,
+    fresh: &Freshness,
+) -> Settled {
     let rollout = &v.spec.rollout;
     if rollout.strategy != RolloutStrategy::RollingUpdate || rollout.surge() != Surge::Auto {
         return Settled::default();
     }
     let (ns, name) = (v.namespace.as_str(), v.name.as_str());
     let template = surge::template_hash(desired);
-    let current = cached(&ctx.stores.deployments.store, ns, name);
     let cached_rv = current
         .as_ref()
         .and_then(|c| c.meta().resource_version.clone());
-    let recent = ctx.surge.recent.newer_than_cache(
-        &key(ns, name),
-        cached_rv.as_deref(),
-        &ctx.stores.deployments.fresh,
-    );
+    let recent = ctx
+        .surge
+        .recent
+        .newer_than_cache(&key(ns, name), cached_rv.as_deref(), fresh);
     let seen = Seen {
         exists: current.is_some(),
         decision: current.as_deref().and_then(on),

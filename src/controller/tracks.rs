@@ -69,7 +69,6 @@ pub async fn prior(ctx: &Context, v: &ValidSpec) -> Result<Prior, Error> {
     };
     Ok(Prior {
         switching: other,
-        group_surge: 0,
         canary_waiting,
         canary_held_before: canary_wait::held_before(
             canary

@@ -96,8 +96,6 @@ pub struct Prior {
     /// wanted, or the reverse) still serves until the new one is ready:
     /// the Service then selects both.
     pub switching: bool,
-    /// Groups a LeaderWorkerSet's rollout may add (see `surge`).
-    pub group_surge: i32,
 }
 
 impl Prior {
@@ -133,7 +131,7 @@ pub struct Plan {
 fn pod_template(v: &ValidSpec, d: &Deployment) -> Value {
     let t = if v.spec.pipeline() > 1 {
         serde_json::to_value(
-            leader_worker_set::build(v, d, 0, None)
+            leader_worker_set::build(v, d, None)
                 .spec
                 .leader_worker_template
                 .leader_template,
@@ -257,7 +255,7 @@ pub fn plan(v: &ValidSpec, owner: Option<&OwnerReference>, prior: &Prior) -> Pla
     // the Deployment would be (held, rolled back) and made from it.
     let (canary, canary_groups) = match (canary, tracks::canary_spec(v)) {
         (Some(d), Some(c)) if grouped => {
-            let mut g = leader_worker_set::build(&c, &d, 0, owner);
+            let mut g = leader_worker_set::build(&c, &d, owner);
             g.metadata = d.metadata.clone();
             g.spec.replicas = d.spec.replicas;
             (None, Some(g))
@@ -265,7 +263,7 @@ pub fn plan(v: &ValidSpec, owner: Option<&OwnerReference>, prior: &Prior) -> Pla
         (d, _) => (d, None),
     };
     let (deployment, groups) = if grouped {
-        let g = leader_worker_set::build(v, &deployment, prior.group_surge, owner);
+        let g = leader_worker_set::build(v, &deployment, owner);
         (None, Some(g))
     } else {
         (Some(deployment), None)

@@ -32,12 +32,11 @@ pub const RESTART_POLICY: &str = "RecreateGroupOnPodRestart";
 pub const STARTUP_POLICY: &str = "LeaderCreated";
 
 /// Builds the LeaderWorkerSet of `v` from `deployment`, the Deployment
-/// `v` would have with one pod per replica. `surge`: groups a rollout may
-/// add (see `surge`).
+/// `v` would have with one pod per replica. Its rollout replaces a group
+/// at a time, unless a surge decision says otherwise (see [`stamp`]).
 pub fn build(
     v: &ValidSpec,
     deployment: &Deployment,
-    surge: i32,
     owner: Option<&OwnerReference>,
 ) -> LeaderWorkerSet {
     let spec = &v.spec;
@@ -80,13 +79,27 @@ pub fn build(
             rollout_strategy: RolloutStrategy {
                 type_: "RollingUpdate".into(),
                 rolling_update_configuration: RollingUpdate {
-                    max_unavailable: IntOrString::Int(if surge > 0 { 0 } else { 1 }),
-                    max_surge: IntOrString::Int(surge),
+                    max_unavailable: IntOrString::Int(1),
+                    max_surge: IntOrString::Int(0),
                 },
             },
             startup_policy: STARTUP_POLICY.into(),
         },
     )
+}
+
+/// Puts a surge `decision` (see `surge`) on the LeaderWorkerSet: its
+/// rolling update, in groups, and the annotation that keeps it.
+pub fn stamp(g: &mut LeaderWorkerSet, decision: &super::surge::Decision) {
+    let surge = decision.pods_surged();
+    g.spec.rollout_strategy.rolling_update_configuration = RollingUpdate {
+        max_unavailable: IntOrString::Int(if surge > 0 { 0 } else { 1 }),
+        max_surge: IntOrString::Int(surge),
+    };
+    g.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(super::surge::ANNOTATION.into(), decision.encode());
 }
 
 /// `template` with `launch` applied to its serving container (the first).
@@ -143,7 +156,7 @@ mod tests {
             tensor: None,
             pipeline,
         });
-        build(&v, &deployment::build(&v, None), 0, None)
+        build(&v, &deployment::build(&v, None), None)
     }
 
     fn server(t: &PodTemplateSpec) -> &Container {
@@ -238,23 +251,29 @@ mod tests {
     }
 
     #[test]
-    fn surge_is_counted_in_groups() {
+    fn groups_replace_one_at_a_time_unless_a_surge_is_decided() {
         let mut v = valid();
         v.spec.parallelism = Some(Parallelism {
             tensor: None,
             pipeline: 2,
         });
-        let l = build(&v, &deployment::build(&v, None), 1, None);
-        let r = &l.spec.rollout_strategy.rolling_update_configuration;
-        assert_eq!(
-            (r.max_surge.clone(), r.max_unavailable.clone()),
-            (IntOrString::Int(1), IntOrString::Int(0))
-        );
-        let l = build(&v, &deployment::build(&v, None), 0, None);
+        let mut l = build(&v, &deployment::build(&v, None), None);
         let r = &l.spec.rollout_strategy.rolling_update_configuration;
         assert_eq!(
             (r.max_surge.clone(), r.max_unavailable.clone()),
             (IntOrString::Int(0), IntOrString::Int(1))
+        );
+        let d = crate::core::surge::Decision::surge("t", 2, "surging".into());
+        stamp(&mut l, &d);
+        let r = &l.spec.rollout_strategy.rolling_update_configuration;
+        assert_eq!(
+            (r.max_surge.clone(), r.max_unavailable.clone()),
+            (IntOrString::Int(2), IntOrString::Int(0))
+        );
+        assert!(
+            l.metadata
+                .annotations
+                .is_some_and(|a| a.contains_key(crate::core::surge::ANNOTATION))
         );
     }
 }

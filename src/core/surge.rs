@@ -37,6 +37,9 @@ pub struct Demand<'a> {
     pub tolerations: &'a [Toleration],
     /// The replicas the rollout replaces (the HPA's count while it owns it).
     pub replicas: i32,
+    /// Pods per replica: with groups (`parallelism.pipeline`), one more
+    /// replica is that many pods, each with `gpus`.
+    pub group: i32,
 }
 
 impl<'a> Demand<'a> {
@@ -47,6 +50,7 @@ impl<'a> Demand<'a> {
             node_selector: &v.spec.scheduling.node_selector,
             tolerations: &v.spec.scheduling.tolerations,
             replicas: v.spec.replicas,
+            group: v.spec.pipeline().max(1),
         }
     }
 
@@ -264,6 +268,9 @@ fn choose(
         .collect();
     // Most free first, then by name: the same cluster gives the same message.
     candidates.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    if demand.group > 1 {
+        return choose_groups(template, demand, nodes, &candidates, need);
+    }
     let placed = place(&candidates, need, demand.surge_cap());
     match candidates.first() {
         Some((name, free)) if *free >= need => {
@@ -311,6 +318,56 @@ fn choose(
             (decision, Vec::new())
         }
     }
+}
+
+/// [`choose`] for groups: one more replica is `demand.group` pods, and
+/// surges only if the whole group fits (the scheduler places each member
+/// where it fits, so a node with room for two takes two). A group that
+/// fits only in part would hold GPUs and serve nothing.
+fn choose_groups(
+    template: &str,
+    demand: &Demand<'_>,
+    nodes: &[Node],
+    candidates: &[(&str, i128)],
+    need: i128,
+) -> (Decision, Vec<String>) {
+    let resource = demand.resource;
+    let size = demand.group;
+    let slots = place(candidates, need, demand.surge_cap().saturating_mul(size));
+    let groups = i32::try_from(slots.len()).unwrap_or(0) / size;
+    if groups == 0 {
+        let decision = Decision::replace(
+            template,
+            format!(
+                "replacing: a group is {size} pods of {} {resource}, and the schedulable nodes that match have room for {} of them ({} nodes)",
+                demand.gpus,
+                slots.len(),
+                nodes.len()
+            ),
+        );
+        return (decision, Vec::new());
+    }
+    let placed: Vec<String> = slots
+        .into_iter()
+        .take(usize::try_from(groups * size).unwrap_or(0))
+        .collect();
+    let mut on: Vec<String> = Vec::new();
+    for n in &placed {
+        if !on.contains(n) {
+            on.push(n.clone());
+        }
+    }
+    let decision = Decision::surge(
+        template,
+        groups,
+        format!(
+            "surging {groups} group{} of {size} pods at a time: nodes {} have {} {resource} free for each",
+            if groups == 1 { "" } else { "s" },
+            on.join(", "),
+            demand.gpus
+        ),
+    );
+    (decision, placed)
 }
 
 /// Where up to `cap` surge pods of `need` each go, filling the node with
@@ -534,6 +591,7 @@ mod tests {
     struct Spec {
         gpus: i32,
         replicas: i32,
+        group: i32,
         selector: BTreeMap<String, String>,
         tolerations: Vec<Toleration>,
     }
@@ -543,6 +601,7 @@ mod tests {
             Self {
                 gpus,
                 replicas: 1,
+                group: 1,
                 selector: BTreeMap::new(),
                 tolerations: Vec::new(),
             }
@@ -554,6 +613,7 @@ mod tests {
                 node_selector: &self.selector,
                 tolerations: &self.tolerations,
                 replicas: self.replicas,
+                group: self.group,
             }
         }
         fn decide(&self, nodes: &[Node], pods: &[Pod]) -> Decision {
@@ -956,5 +1016,44 @@ mod tests {
         let d = unreadable("t1", &s.demand(), "listing nodes: 403 Forbidden");
         assert!(!d.surge);
         assert!(d.message.starts_with("replacing: the free nvidia.com/gpu could not be read (listing nodes: 403 Forbidden)"), "{}", d.message);
+    }
+
+    #[test]
+    fn a_group_surges_only_when_all_of_it_fits() {
+        let mut s = Spec::new(2);
+        s.group = 3;
+        // Three free nodes of 2: one group of three fits, on three nodes.
+        let nodes = [node("a", "2"), node("b", "2"), node("c", "2")];
+        let d = s.decide(&nodes, &[]);
+        assert!(d.surge, "{}", d.message);
+        assert_eq!(d.pods_surged(), 1);
+        assert!(
+            d.message
+                .starts_with("surging 1 group of 3 pods at a time: nodes a, b, c have 2"),
+            "{}",
+            d.message
+        );
+        // Two nodes of room: no group, though a single pod would fit.
+        let d = s.decide(&nodes, &[pod("x", "c", "2")]);
+        assert!(!d.surge);
+        assert!(
+            d.message.contains("a group is 3 pods of 2 nvidia.com/gpu"),
+            "{}",
+            d.message
+        );
+        assert!(d.message.contains("room for 2 of them"), "{}", d.message);
+        // A node with room for two members takes two.
+        let d = s.decide(&[node("a", "4"), node("b", "2")], &[]);
+        assert!(d.surge, "{}", d.message);
+    }
+
+    #[test]
+    fn groups_surge_a_quarter_of_the_replicas_at_most() {
+        let mut s = Spec::new(1);
+        s.group = 2;
+        s.replicas = 8;
+        let nodes = [node("a", "8"), node("b", "8")];
+        let d = s.decide(&nodes, &[]);
+        assert_eq!(d.pods_surged(), 2, "{}", d.message);
     }
 }

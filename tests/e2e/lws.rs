@@ -11,7 +11,8 @@
 //!   `worker-index` and a template revision, and every container given
 //!   `LWS_LEADER_ADDRESS`, `LWS_GROUP_SIZE` and `LWS_WORKER_INDEX`;
 //! - a rolling update one group at a time, highest index first, while the
-//!   other groups are ready (`maxUnavailable: 1`, `maxSurge: 0`);
+//!   other groups are ready; with `maxSurge`, that many groups of the new
+//!   template beyond `replicas` first, released once none is outdated;
 //! - `RecreateGroupOnPodRestart`: a member whose container restarted takes
 //!   its whole group down, to be made again;
 //! - status in groups: `replicas`, `readyReplicas` (every member ready),
@@ -29,6 +30,7 @@ use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{EnvVar, Pod};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
     PostParams,
@@ -151,26 +153,38 @@ async fn one(
     let whole = |ps: &[Pod]| ps.len() == size as usize;
     let group_ready = |ps: &[Pod]| whole(ps) && ps.iter().all(ready);
     let current = |ps: &[Pod]| ps.iter().all(|p| p.labels().get(REVISION) == Some(&rev));
-    // Groups beyond the count go; a group with a restarted member goes
-    // as a whole (RecreateGroupOnPodRestart).
-    let mut gone: Vec<i32> = groups
-        .iter()
-        .filter(|(g, ps)| **g >= replicas || ps.iter().any(restarted))
-        .map(|(g, _)| *g)
-        .collect();
-    // One outdated group at a time, the highest first, while every other
-    // group is ready.
+    // A rolling update with maxSurge adds that many groups of the new
+    // template beyond the count while groups are outdated, and releases
+    // them once every group of the count is updated and ready.
     let outdated: Vec<i32> = groups
         .iter()
         .filter(|(g, ps)| **g < replicas && !current(ps))
         .map(|(g, _)| *g)
         .collect();
+    // The burst stays until every group of the count runs the new
+    // template and is ready.
+    let bursting = groups.keys().any(|g| *g >= replicas)
+        && (0..replicas).any(|g| !groups.get(&g).is_some_and(|ps| group_ready(ps)));
+    let surge = match &lws.spec.rollout_strategy.rolling_update_configuration.max_surge {
+        IntOrString::Int(n) if !outdated.is_empty() || bursting => (*n).max(0),
+        _ => 0,
+    };
+    let total = replicas + surge;
+    // Groups beyond the count go; a group with a restarted member goes
+    // as a whole (RecreateGroupOnPodRestart).
+    let mut gone: Vec<i32> = groups
+        .iter()
+        .filter(|(g, ps)| **g >= total || ps.iter().any(restarted))
+        .map(|(g, _)| *g)
+        .collect();
+    // One outdated group at a time, the highest first, while every other
+    // group (a surge's included) is ready.
     let target = outdated.last().copied();
-    let others_ready = (0..replicas)
+    let others_ready = (0..total)
         .filter(|g| Some(*g) != target)
         .all(|g| groups.get(&g).is_some_and(|ps| group_ready(ps)));
-    if let Some(g) = outdated.last().filter(|_| others_ready) {
-        gone.push(*g);
+    if let Some(g) = target.filter(|_| others_ready) {
+        gone.push(g);
     }
     for g in &gone {
         for p in groups.remove(g).unwrap_or_default() {
@@ -179,7 +193,7 @@ async fn one(
                 .await;
         }
     }
-    for g in 0..replicas {
+    for g in 0..total {
         if gone.contains(&g) {
             continue;
         }
@@ -203,8 +217,8 @@ async fn one(
     let existing = groups.values().filter(|ps| !ps.is_empty()).count() as i32;
     let ready_groups = groups.values().filter(|ps| group_ready(ps)).count() as i32;
     let updated = groups
-        .values()
-        .filter(|ps| whole(ps) && current(ps))
+        .iter()
+        .filter(|(g, ps)| **g < replicas && whole(ps) && current(ps))
         .count() as i32;
     write_status(client, ns, obj, existing, ready_groups, updated, replicas).await
 }

@@ -43,7 +43,7 @@ async fn lws(env: &Env, name: &str) -> Option<Value> {
         .await
         .ok()
         .flatten()
-        .map(|o| o.data)
+        .and_then(|o| serde_json::to_value(o).ok())
 }
 
 async fn selector(env: &Env, name: &str) -> Value {
@@ -401,6 +401,93 @@ async fn a_canary_of_groups_is_a_second_lws_weighed_by_its_ready_groups() {
         l["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["image"],
         format!("{}-canary", serving_image()).as_str()
     );
+    wait_ready(&env, name).await;
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_surges_a_whole_group_only_when_all_of_it_fits() {
+    let env = Env::with_shape(small_gpu_nodes()).await;
+    env.install_lws_crd().await;
+    let _op = env.operator().start();
+    let _lws = LwsController::start(&env);
+    let name = "multi-surge";
+    let mut s = spec(2, 1);
+    env.apply_ms_v1beta1(name, s.clone()).await;
+    wait_ready(&env, name).await;
+
+    // A group of two pods of 1 GPU: four of the six GPUs are free, so a
+    // whole second group fits, and the rollout never leaves no group ready.
+    s["runtime"]["args"] = json!(["--max-model-len", "4096"]);
+    env.apply_ms_v1beta1(name, s.clone()).await;
+    let decision = wait_for("the surge decision", CONVERGE, || async {
+        let l = lws(&env, name).await?;
+        l["metadata"]["annotations"][modelservice_operator::core::surge::ANNOTATION]
+            .as_str()
+            .map(|d| (d.to_string(), l["spec"]["rolloutStrategy"].clone()))
+    })
+    .await;
+    let surged = decision.0.contains("surging 1 group of 2 pods");
+    if !real_cluster() {
+        assert!(surged, "{}", decision.0);
+    }
+    if surged {
+        assert_eq!(
+            decision.1["rollingUpdateConfiguration"],
+            json!({"maxSurge": 1, "maxUnavailable": 0, "partition": 0})
+                .as_object()
+                .map(|o| {
+                    let mut o = o.clone();
+                    if !real_cluster() {
+                        o.remove("partition");
+                    }
+                    Value::Object(o)
+                })
+                .unwrap_or_default()
+        );
+        wait_for("the rollout, never without a ready group", CONVERGE, || async {
+            let ms = get_ms(&env, name).await?;
+            let l = lws(&env, name).await?;
+            let ready = l["status"]["readyReplicas"].as_i64().unwrap_or(0);
+            assert!(ready >= 1, "no ready group during a surge: {}", l["status"]);
+            (observed_current(&ms) && condition(&ms, "Ready").is_some_and(|c| c.0 == "True"))
+                .then_some(())
+        })
+        .await;
+    }
+    // Surging or replacing, the decision is stated in groups.
+    let ms = wait_ready(&env, name).await;
+    assert!(
+        message(&ms, "Progressing").contains("group")
+            && message(&ms, "Progressing").contains("2 pods"),
+        "{}",
+        message(&ms, "Progressing")
+    );
+
+    // Groups of two pods of 2 GPUs: once they run, one node's worth is
+    // free, so another group does not fit: the rollout replaces, and says why.
+    s["resources"]["gpus"] = json!(2);
+    env.apply_ms_v1beta1(name, s.clone()).await;
+    wait_ready(&env, name).await;
+    let decision_now = || async {
+        let l = lws(&env, name).await?;
+        l["metadata"]["annotations"][modelservice_operator::core::surge::ANNOTATION]
+            .as_str()
+            .map(str::to_string)
+    };
+    let before = decision_now().await;
+    s["runtime"]["args"] = json!(["--max-model-len", "2048"]);
+    env.apply_ms_v1beta1(name, s).await;
+    let d = wait_for("a new decision", CONVERGE, || async {
+        decision_now().await.filter(|d| Some(d) != before.as_ref())
+    })
+    .await;
+    if !real_cluster() {
+        assert!(
+            d.contains("replacing: a group is 2 pods of 2 nvidia.com/gpu"),
+            "{d}"
+        );
+    }
     wait_ready(&env, name).await;
     env.finish().await;
 }
