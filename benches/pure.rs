@@ -75,6 +75,7 @@ fn pure_path(c: &mut Criterion) {
                 canary: None,
                 route: None,
                 recreating: None,
+                groups: false,
             };
             black_box((unchanged, compute(ms.status.as_ref(), &o, &now)))
         })

@@ -194,6 +194,7 @@ pub async fn patch_status(client: &Client, ns: &str, ms: &ModelService) {
         canary: None,
         route: None,
         recreating: None,
+        groups: false,
     };
     let status = compute(
         None,

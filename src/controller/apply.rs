@@ -173,7 +173,12 @@ async fn apply_all(
     let mut unavailable = Vec::new();
     let (deployment, groups_applied) = match (deployment, groups) {
         (Some(deployment), _) => {
-            hand_over_replicas(ctx, deployment).await?;
+            hand_over_replicas::<DeploymentChild>(
+                ctx,
+                deployment,
+                deployment.spec.replicas.is_some(),
+            )
+            .await?;
             let ((deployment, d), (_, s)) = futures::try_join!(
                 apply_one::<DeploymentChild>(ctx, deployment),
                 apply_one::<ServiceChild>(ctx, service),
@@ -185,6 +190,10 @@ async fn apply_all(
             (Some(deployment), None)
         }
         (None, Some(g)) => {
+            if LeaderWorkerSetChild::cache(&ctx.stores).available() {
+                hand_over_replicas::<LeaderWorkerSetChild>(ctx, g, g.spec.replicas.is_some())
+                    .await?;
+            }
             let applied =
                 apply_wanted::<LeaderWorkerSetChild>(ctx, Some(g), done, &mut unavailable).await?;
             if applied.is_none() {
@@ -599,32 +608,37 @@ pub const HANDOVER_MANAGER: &str = "modelservice-operator-handover";
 /// stays, and the autoscaler's first write takes the field over. Costs one
 /// request, once per switch, and nothing while autoscaling stays on (our
 /// manager no longer owns the field).
-async fn hand_over_replicas(ctx: &Context, desired: &Deployment) -> Result<(), Error> {
+async fn hand_over_replicas<C: Child>(
+    ctx: &Context,
+    desired: &C::Object,
+    wants_replicas: bool,
+) -> Result<(), Error> {
     let (Some(name), Some(ns)) = (
         desired.meta().name.as_deref(),
         desired.meta().namespace.as_deref(),
     ) else {
         return Ok(());
     };
-    let wants_replicas = desired.spec.replicas.is_some();
     if wants_replicas {
         return Ok(());
     }
-    let api: Api<LeanDeployment> = Api::namespaced(ctx.client.clone(), ns);
+    let cache = C::cache(&ctx.stores);
+    let kind = C::Object::kind(&());
+    let api: Api<Cached<C>> = Api::namespaced(ctx.client.clone(), ns);
     // The count to keep must be the live one. A cache that has not seen
-    // the Deployment, or not our latest write to it, would hand over a
-    // stale count or none (then the main apply drops the field and the
-    // server defaults it to 1): read it once instead. That happens only
-    // right after a write of ours, so a settled object costs nothing.
-    let cached_dep = cached(&ctx.stores.deployments.store, ns, name);
-    let key = recent::key("Deployment", ns, name);
-    let cached_rv = cached_dep
+    // the object, or not our latest write to it, would hand over a stale
+    // count or none (then the main apply drops the field and the server
+    // defaults it to 1): read it once instead. That happens only right
+    // after a write of ours, so a settled object costs nothing.
+    let cached_one = cached(&cache.store, ns, name);
+    let key = recent::key(&kind, ns, name);
+    let cached_rv = cached_one
         .as_ref()
         .and_then(|d| d.meta().resource_version.clone());
-    let behind = cached_dep.is_none()
+    let behind = cached_one.is_none()
         || ctx
             .applied
-            .newer_than_cache(&key, cached_rv.as_deref(), &ctx.stores.deployments.fresh)
+            .newer_than_cache(&key, cached_rv.as_deref(), &cache.fresh)
             .is_some();
     let current = if behind {
         match api.get_opt(name).await {
@@ -632,47 +646,48 @@ async fn hand_over_replicas(ctx: &Context, desired: &Deployment) -> Result<(), E
             Ok(None) => return Ok(()),
             Err(e) => {
                 return Err(Error::kube(
-                    format!("reading Deployment {ns}/{name} before handing over replicas"),
+                    format!("reading {kind} {ns}/{name} before handing over replicas"),
                     e,
                 ));
             }
         }
     } else {
-        match cached_dep {
+        match cached_one {
             Some(d) => d.as_ref().clone(),
             None => return Ok(()),
         }
     };
-    let Some(replicas) = current.state().replicas.filter(|_| current.owns_replicas) else {
+    let Some(replicas) = current.spec_replicas().filter(|_| current.owns_replicas) else {
         return Ok(());
     };
-    write_replicas(ctx, ns, name, replicas, "handing over replicas of").await
+    write_replicas::<C>(ctx, ns, name, replicas, "handing over replicas of").await
 }
 
 /// Writes the replica count as [`HANDOVER_MANAGER`], a manager of its own,
 /// so that our main apply may leave the field out while the value stays,
 /// and an autoscaler's first write takes the field over.
-async fn write_replicas(
+async fn write_replicas<C: Child>(
     ctx: &Context,
     ns: &str,
     name: &str,
     replicas: i32,
     doing: &str,
 ) -> Result<(), Error> {
+    let kind = C::Object::kind(&());
     let count = serde_json::json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
+        "apiVersion": C::Object::api_version(&()), "kind": kind,
         "metadata": {"name": name, "namespace": ns},
         "spec": {"replicas": replicas},
     });
-    Api::<LeanDeployment>::namespaced(ctx.client.clone(), ns)
+    Api::<Cached<C>>::namespaced(ctx.client.clone(), ns)
         .patch(
             name,
             &PatchParams::apply(HANDOVER_MANAGER).force(),
             &Patch::Apply(&count),
         )
         .await
-        .map_err(|e| Error::kube(format!("{doing} Deployment {ns}/{name}"), e))?;
-    ctx.metrics.child_write("Deployment", "handover");
+        .map_err(|e| Error::kube(format!("{doing} {kind} {ns}/{name}"), e))?;
+    ctx.metrics.child_write(&kind, "handover");
     Ok(())
 }
 
@@ -709,7 +724,7 @@ async fn wake_for_the_hpa(
         return Ok(());
     }
     let min = hpa.spec.min_replicas.unwrap_or(1).max(1);
-    write_replicas(ctx, ns, name, min, "waking for the HPA").await
+    write_replicas::<DeploymentChild>(ctx, ns, name, min, "waking for the HPA").await
 }
 
 /// Where the children of one ModelService live, for deleting stale ones.

@@ -202,6 +202,16 @@ impl<K: Resource<DynamicType = ()>, S> Lean<K, S> {
         Ok(object)
     }
 
+    /// `spec.replicas`, when set and readable.
+    pub fn spec_replicas(&self) -> Option<i32> {
+        #[derive(Deserialize)]
+        struct Replicas {
+            replicas: Option<i32>,
+        }
+        let raw = self.spec.as_deref()?;
+        serde_json::from_str::<Replicas>(raw.get()).ok()?.replicas
+    }
+
     /// One annotation's value.
     pub fn annotation(&self, key: &str) -> Option<String> {
         let raw = self.annotations.as_deref()?;

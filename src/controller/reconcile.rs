@@ -372,6 +372,7 @@ async fn report_status(
     });
     let observed = Observed {
         recreating: recreating.flatten(),
+        groups: ms.spec.pipeline() > 1,
         name,
         namespace: ns,
         generation: ms.metadata.generation.unwrap_or(0),

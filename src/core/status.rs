@@ -43,6 +43,9 @@ pub struct Observed<'a> {
     pub route: Option<RouteSeen<'a>>,
     /// A group of pods that keeps being recreated (see `groups::recreating`).
     pub recreating: Option<Problem>,
+    /// The replicas are groups of pods on a LeaderWorkerSet, which the
+    /// counts above count.
+    pub groups: bool,
 }
 
 /// KEDA as observed for one ModelService.
@@ -184,7 +187,11 @@ pub fn compute(
             ),
         ),
         Rollout::Missing | Rollout::NotObserved => {
-            let m = "waiting for the Deployment controller to pick up the current spec";
+            let m = if o.groups {
+                "waiting for the LeaderWorkerSet controller to pick up the current spec"
+            } else {
+                "waiting for the Deployment controller to pick up the current spec"
+            };
             (
                 Wanted::new(ct::READY, false, reasons::ROLLING_OUT, m),
                 Wanted::new(
@@ -202,7 +209,8 @@ pub fn compute(
             ..
         } => {
             let m = format!(
-                "rolling out the current spec: {updated}/{desired} pods updated, {available} available"
+                "rolling out the current spec: {updated}/{desired} {} updated, {available} available",
+                if o.groups { "groups" } else { "pods" }
             );
             (
                 Wanted::new(ct::READY, false, reasons::ROLLING_OUT, m.clone()),
@@ -392,6 +400,7 @@ mod tests {
             canary: None,
             route: None,
             recreating: None,
+            groups: false,
         }
     }
 
@@ -711,5 +720,26 @@ mod tests {
     fn now_is_truncated_to_seconds() {
         let ts = Timestamp::from_millisecond(1_700_000_000_987).expect("ts");
         assert_eq!(now_seconds(ts), t(1_700_000_000));
+    }
+
+    #[test]
+    fn groups_are_counted_and_named_as_groups() {
+        let mut o = observed(None, &[]);
+        o.groups = true;
+        let s = compute(None, &o, &t(10));
+        assert_eq!(cond(&s, "Ready").1, "RollingOut",);
+        assert!(
+            find(&s.conditions, "Ready")
+                .is_some_and(|c| c.message.contains("LeaderWorkerSet controller"))
+        );
+        let d = rolling();
+        let mut o = observed(Some(&d), &[]);
+        o.groups = true;
+        let s = compute(None, &o, &t(10));
+        assert!(
+            find(&s.conditions, "Ready").is_some_and(|c| c.message.contains("0/2 groups updated")),
+            "{:?}",
+            s.conditions
+        );
     }
 }

@@ -165,7 +165,12 @@ async fn one(
     // template and is ready.
     let bursting = groups.keys().any(|g| *g >= replicas)
         && (0..replicas).any(|g| !groups.get(&g).is_some_and(|ps| group_ready(ps)));
-    let surge = match &lws.spec.rollout_strategy.rolling_update_configuration.max_surge {
+    let surge = match &lws
+        .spec
+        .rollout_strategy
+        .rolling_update_configuration
+        .max_surge
+    {
         IntOrString::Int(n) if !outdated.is_empty() || bursting => (*n).max(0),
         _ => 0,
     };

@@ -143,9 +143,16 @@ async fn an_autoscaler_scales_groups_and_the_operator_never_fights_it() {
     let _lws = LwsController::start(&env);
     let name = "multi-hpa";
     let mut s = spec(2, 1);
+    s["replicas"] = json!(2);
+    env.apply_ms_v1beta1(name, s.clone()).await;
+    let ms = wait_ready(&env, name).await;
+    assert_eq!(message(&ms, "Ready"), "2/2 replicas ready");
+
+    // Autoscaling on: the HPA scales the LWS (in groups, through its scale
+    // subresource), and the count it starts from is the one that runs, not
+    // the CRD's default of 1.
     s["autoscaling"] = json!({"minReplicas": 1, "maxReplicas": 3, "targetQueueLength": 5});
     env.apply_ms_v1beta1(name, s.clone()).await;
-
     let hpa = wait_for("the HPA", CONVERGE, || async {
         env.api::<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler>()
             .get_opt(name)
@@ -163,15 +170,17 @@ async fn an_autoscaler_scales_groups_and_the_operator_never_fights_it() {
         ),
         (Some("leaderworkerset.x-k8s.io/v1"), "LeaderWorkerSet", name)
     );
-    wait_ready(&env, name).await;
+    let ms = wait_ms(&env, name, "the HPA observed", CONVERGE, |_| true).await;
+    assert_eq!(message(&ms, "Ready"), "2/2 replicas ready", "no dip");
+    let l = lws(&env, name).await.expect("the LeaderWorkerSet");
+    assert_eq!(l["spec"]["replicas"], 2, "handed over, not dropped to 1");
 
-    // The autoscaler asks for two groups, through the LWS's scale
-    // subresource, as the HPA does.
+    // The autoscaler asks for one group, as the HPA does.
     lws_api(&env.client, &env.namespace)
         .patch_scale(
             name,
             &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"replicas": 2}})),
+            &Patch::Merge(&json!({"spec": {"replicas": 1}})),
         )
         .await
         .expect("scale the LeaderWorkerSet");
@@ -179,13 +188,14 @@ async fn an_autoscaler_scales_groups_and_the_operator_never_fights_it() {
     // count alone.
     s["runtime"]["args"] = json!(["--max-model-len", "4096"]);
     env.apply_ms_v1beta1(name, s).await;
-    let ms = wait_ms(&env, name, "two ready groups", CONVERGE, |ms| {
-        ready_replicas(ms) == 2 && condition(ms, "Ready").is_some_and(|c| c.0 == "True")
+    let ms = wait_ms(&env, name, "one ready group", CONVERGE, |ms| {
+        message(ms, "Ready") == "1/1 replicas ready"
+            && condition(ms, "Ready").is_some_and(|c| c.0 == "True")
     })
     .await;
-    assert_eq!(message(&ms, "Ready"), "2/2 replicas ready");
+    assert_eq!(ready_replicas(&ms), 1);
     let l = lws(&env, name).await.expect("the LeaderWorkerSet");
-    assert_eq!(l["spec"]["replicas"], 2, "the autoscaler's count stays");
+    assert_eq!(l["spec"]["replicas"], 1, "the autoscaler's count stays");
     env.finish().await;
 }
 
@@ -445,14 +455,18 @@ async fn a_rollout_surges_a_whole_group_only_when_all_of_it_fits() {
                 })
                 .unwrap_or_default()
         );
-        wait_for("the rollout, never without a ready group", CONVERGE, || async {
-            let ms = get_ms(&env, name).await?;
-            let l = lws(&env, name).await?;
-            let ready = l["status"]["readyReplicas"].as_i64().unwrap_or(0);
-            assert!(ready >= 1, "no ready group during a surge: {}", l["status"]);
-            (observed_current(&ms) && condition(&ms, "Ready").is_some_and(|c| c.0 == "True"))
-                .then_some(())
-        })
+        wait_for(
+            "the rollout, never without a ready group",
+            CONVERGE,
+            || async {
+                let ms = get_ms(&env, name).await?;
+                let l = lws(&env, name).await?;
+                let ready = l["status"]["readyReplicas"].as_i64().unwrap_or(0);
+                assert!(ready >= 1, "no ready group during a surge: {}", l["status"]);
+                (observed_current(&ms) && condition(&ms, "Ready").is_some_and(|c| c.0 == "True"))
+                    .then_some(())
+            },
+        )
         .await;
     }
     // Surging or replacing, the decision is stated in groups.
