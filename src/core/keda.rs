@@ -292,4 +292,32 @@ mod tests {
             r#"sum({__name__="queue depth",namespace="ns",pod=~"m-[a-z0-9]{1,10}-[a-z0-9]{5}"})"#
         );
     }
+
+    #[test]
+    fn groups_are_scaled_through_their_leader_worker_set_and_counted_by_leaders() {
+        let mut v = valid();
+        v.spec.autoscaling = Some(crate::api::Autoscaling {
+            engine: Some(crate::api::Engine::Keda),
+            ..v.spec.autoscaling.clone().expect("the sample autoscales")
+        });
+        v.prometheus_address = Some("http://prom:9090".into());
+        v.spec.parallelism = Some(crate::api::Parallelism {
+            tensor: None,
+            pipeline: 2,
+        });
+        let so = build(&v, None).expect("a ScaledObject");
+        assert_eq!(so.spec.scale_target_ref.kind, "LeaderWorkerSet");
+        assert_eq!(
+            so.spec.scale_target_ref.api_version,
+            "leaderworkerset.x-k8s.io/v1"
+        );
+        let q = &so.spec.triggers[0].metadata["query"];
+        assert!(q.contains(r#"pod=~"llama-[0-9]+""#), "{q}");
+        // Leaders are <name>-<group>; workers have one more -<index>, and
+        // the canary's leaders are <name>-canary-<group>.
+        let pattern = serving_pods(&v);
+        assert!(matches(&pattern, "llama-0") && matches(&pattern, "llama-12"));
+        assert!(!matches(&pattern, "llama-0-1"));
+        assert!(!matches(&pattern, "llama-canary-0"));
+    }
 }

@@ -101,6 +101,30 @@ mod tests {
     }
 
     #[test]
+    fn the_multinode_sample_renders_groups_instead_of_a_deployment() {
+        let yaml = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/samples/multinode.yaml"),
+        )
+        .expect("sample");
+        let out = render(&yaml, "ml").expect("renders");
+        for want in [
+            "kind: LeaderWorkerSet",
+            "size: 2",
+            "restartPolicy: RecreateGroupOnPodRestart",
+            "- --pipeline-parallel-size",
+            "nvidia.com/gpu: '8'",
+            "leaderworkerset.sigs.k8s.io/worker-index: '0'",
+        ] {
+            assert!(out.contains(want), "{want} missing from:\n{out}");
+        }
+        assert!(!out.contains("kind: Deployment"), "{out}");
+        assert!(
+            out.contains("kind: LeaderWorkerSet\n  name: llama-405b")
+                || out.contains("name: llama-405b")
+        );
+    }
+
+    #[test]
     fn renders_deployment_and_service_without_a_cluster() {
         let out = render(MS, "team").expect("renders");
         assert!(out.contains("kind: Deployment") && out.contains("kind: Service"));
