@@ -118,10 +118,6 @@ mod tests {
             assert!(out.contains(want), "{want} missing from:\n{out}");
         }
         assert!(!out.contains("kind: Deployment"), "{out}");
-        assert!(
-            out.contains("kind: LeaderWorkerSet\n  name: llama-405b")
-                || out.contains("name: llama-405b")
-        );
     }
 
     #[test]
