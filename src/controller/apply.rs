@@ -185,7 +185,7 @@ async fn apply_all(
             )?;
             done.extend([d, s]);
             if let Some(h) = hpa {
-                wake_for_the_hpa(ctx, &deployment, h).await?;
+                wake_for_the_hpa::<DeploymentChild>(ctx, &deployment, h).await?;
             }
             (Some(deployment), None)
         }
@@ -212,6 +212,9 @@ async fn apply_all(
             let state = applied
                 .as_ref()
                 .and_then(|g| super::groups::as_deployment(ctx, g));
+            if let (Some(h), Some(state)) = (hpa, state.as_ref()) {
+                wake_for_the_hpa::<LeaderWorkerSetChild>(ctx, state, h).await?;
+            }
             (state, applied)
         }
         (None, None) => return Err(Error::MissingField("a Deployment or a LeaderWorkerSet")),
@@ -598,7 +601,8 @@ async fn ensure_ours<C: Child>(
 /// the operator's own manager lets go of it.
 pub const HANDOVER_MANAGER: &str = "modelservice-operator-handover";
 
-/// Turning autoscaling on: the Deployment about to be applied leaves out
+/// Turning autoscaling on: the Deployment (or LeaderWorkerSet: row `C`)
+/// about to be applied leaves out
 /// `spec.replicas` (the autoscaler owns it), while our manager still owns the
 /// field. A server-side apply that drops a field its manager alone owned
 /// removes it, and the API server then defaults it to 1: a 3-replica model
@@ -692,14 +696,14 @@ async fn write_replicas<C: Child>(
 }
 
 /// Switching from KEDA at zero replicas to the HPA: a HorizontalPodAutoscaler
-/// does nothing to a Deployment at 0 replicas (Kubernetes reads 0 as
+/// does nothing to a Deployment (or a LeaderWorkerSet, row `C`) at 0 replicas (Kubernetes reads 0 as
 /// "autoscaling disabled"), and KEDA leaves the count where it was when its
 /// ScaledObject goes. Without this the model stayed at zero for good, its
 /// status "0/0 replicas ready". So, only while the HPA does not exist yet
 /// (a later scale to 0 by hand is someone's decision, never reverted), the
 /// count becomes the HPA's minimum, written as the handover manager so that
 /// the HPA's first write takes the field over.
-async fn wake_for_the_hpa(
+async fn wake_for_the_hpa<C: Child>(
     ctx: &Context,
     deployment: &LeanDeployment,
     hpa: &k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler,
@@ -724,7 +728,7 @@ async fn wake_for_the_hpa(
         return Ok(());
     }
     let min = hpa.spec.min_replicas.unwrap_or(1).max(1);
-    write_replicas::<DeploymentChild>(ctx, ns, name, min, "waking for the HPA").await
+    write_replicas::<C>(ctx, ns, name, min, "waking for the HPA").await
 }
 
 /// Where the children of one ModelService live, for deleting stale ones.
