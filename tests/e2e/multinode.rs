@@ -303,26 +303,6 @@ async fn a_group_that_keeps_starting_over_is_reported() {
     env.finish().await;
 }
 
-/// The route's backends as (Service, weight).
-async fn backends(env: &Env, name: &str) -> Vec<(String, i64)> {
-    let Ok(Some(r)) = env.routes().get_opt(name).await else {
-        return Vec::new();
-    };
-    r.data["spec"]["rules"][0]["backendRefs"]
-        .as_array()
-        .map(|b| {
-            b.iter()
-                .map(|b| {
-                    (
-                        b["name"].as_str().unwrap_or_default().to_string(),
-                        b["weight"].as_i64().unwrap_or(1),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_canary_of_groups_is_a_second_lws_weighed_by_its_ready_groups() {
     let env = Env::with_shape(small_gpu_nodes()).await;

@@ -187,3 +187,23 @@ pub async fn warnings(env: &Env, name: &str, reason: &str) -> usize {
         })
         .unwrap_or(0)
 }
+
+/// The route's backends as (Service, weight).
+pub async fn backends(env: &Env, name: &str) -> Vec<(String, i64)> {
+    let Ok(Some(r)) = env.routes().get_opt(name).await else {
+        return Vec::new();
+    };
+    r.data["spec"]["rules"][0]["backendRefs"]
+        .as_array()
+        .map(|b| {
+            b.iter()
+                .map(|b| {
+                    (
+                        b["name"].as_str().unwrap_or_default().to_string(),
+                        b["weight"].as_i64().unwrap_or(1),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
