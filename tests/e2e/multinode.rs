@@ -366,13 +366,18 @@ async fn a_canary_of_groups_is_a_second_lws_weighed_by_its_ready_groups() {
         },
     )
     .await;
-    let ms = wait_ms(&env, name, "CanaryHealthy", CONVERGE, |ms| {
-        condition(ms, "CanaryHealthy").is_some_and(|c| c.0 == "True")
+    // (CanaryHealthy is True while the canary starts, too: Serving is
+    // the reason once its groups are ready.)
+    wait_ms(&env, name, "the canary's group serving", CONVERGE, |ms| {
+        condition(ms, "CanaryHealthy") == Some(("True".into(), "Serving".into()))
             && condition(ms, "Ready").is_some_and(|c| c.0 == "True")
+            && ms
+                .status
+                .as_ref()
+                .and_then(|s| s.tracks.as_ref())
+                .is_some_and(|t| t.canary.ready_replicas == 1)
     })
     .await;
-    let tracks = ms.status.and_then(|s| s.tracks).expect("tracks");
-    assert_eq!(tracks.canary.ready_replicas, 1, "{tracks:?}");
 
     // Promotion: the canary's image becomes the stable one; the canary's
     // groups go once the stable groups run it.
