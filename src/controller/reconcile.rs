@@ -186,9 +186,11 @@ impl Acted {
 async fn apply_spec(ms: &ModelService, ctx: &Context) -> Result<Action, Error> {
     let ns = ms.namespace().unwrap_or_default();
     let name = ms.name_any();
-    let acted = validate_build_apply(ms, ctx, &ns, &name).await?;
+    // Each step on the heap: a reconcile awaited in place (a test's) needs
+    // no deep stack.
+    let acted = Box::pin(validate_build_apply(ms, ctx, &ns, &name)).await?;
     let pods = observe_pods(ctx, &ns, &name, &acted);
-    let (ready, reported) = report_status(ms, ctx, &ns, &name, &acted, &pods).await?;
+    let (ready, reported) = Box::pin(report_status(ms, ctx, &ns, &name, &acted, &pods)).await?;
     if let Some(e) = acted.failure {
         return Err(e);
     }
@@ -250,8 +252,8 @@ async fn validate_build_apply(
         plan.children.deployment.as_mut(),
         plan.children.groups.as_mut(),
     ) {
-        (Some(d), _) => surge::settle(ctx, &valid, d).await,
-        (None, Some(g)) => surge::settle_groups(ctx, &valid, g).await,
+        (Some(d), _) => Box::pin(surge::settle(ctx, &valid, d)).await,
+        (None, Some(g)) => Box::pin(surge::settle_groups(ctx, &valid, g)).await,
         (None, None) => surge::Settled::default(),
     };
     // The spec was reported rolled out before: a write now is a repair.
@@ -259,7 +261,16 @@ async fn validate_build_apply(
         .status
         .and_then(|s| s.observed_generation)
         == ms.metadata.generation;
-    match apply::apply_children(ctx, &ms.object_ref(&()), &uid, &plan.children, repair).await {
+    // On the heap, as the steps are (see `apply_spec`).
+    let owner_ref = ms.object_ref(&());
+    let applied = Box::pin(apply::apply_children(
+        ctx,
+        &owner_ref,
+        &uid,
+        &plan.children,
+        repair,
+    ));
+    match applied.await {
         Ok(applied) if applied.unavailable.iter().any(|k| k == lws::KIND) => Ok(Acted::blocked(
             ctx,
             ns,
