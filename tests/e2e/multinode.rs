@@ -213,8 +213,12 @@ async fn switching_between_one_pod_and_groups_keeps_a_ready_replica() {
     // groups are ready, the Service selecting both meanwhile.
     env.apply_ms_v1beta1(name, spec(2, 1)).await;
     wait_for("the LeaderWorkerSet", CONVERGE, || lws(&env, name)).await;
-    let ms = wait_ms(&env, name, "the switch reported", CONVERGE, |_| true).await;
-    assert_ne!(condition(&ms, "Ready").map(|c| c.0), Some("True".into()));
+    // (Written in v1alpha1, the change is in the kept-fields annotation
+    // alone, which bumps no generation: wait for what status says.)
+    wait_ms(&env, name, "the switch reported", CONVERGE, |ms| {
+        condition(ms, "Ready").is_some_and(|c| c.0 == "False")
+    })
+    .await;
     let d = deployment(&env, name).await.expect("the Deployment stays");
     assert_eq!(d.status.and_then(|s| s.ready_replicas), Some(1));
     assert!(
@@ -333,6 +337,14 @@ async fn a_canary_of_groups_is_a_second_lws_weighed_by_its_ready_groups() {
             "canary"
         );
     }
+    wait_for("the canary's Service", CONVERGE, || async {
+        env.api::<Service>()
+            .get_opt("multi-canary-canary")
+            .await
+            .ok()
+            .flatten()
+    })
+    .await;
     let canary_selector = selector(&env, "multi-canary-canary").await;
     assert_eq!(canary_selector["serving.modelservice.dev/track"], "canary");
     assert_eq!(
