@@ -17,6 +17,7 @@ pub mod groups;
 pub mod hpa;
 pub mod keda;
 pub mod labels;
+pub mod model_source;
 pub mod leader_worker_set;
 pub mod multinode;
 pub mod ownership;
