@@ -13,6 +13,7 @@
 pub mod api;
 pub mod controller;
 pub mod core;
+pub mod fetch;
 pub mod metrics;
 pub mod permissions;
 pub mod runtime;

@@ -8,7 +8,8 @@ use modelservice_operator::api::crd_yaml;
 use modelservice_operator::controller::ControllerConfig;
 use modelservice_operator::core::OperatorDefaults;
 use modelservice_operator::core::convert::convert_checked;
-use modelservice_operator::runtime::cli::{Cli, Command, LogFormat, RunArgs};
+use modelservice_operator::fetch;
+use modelservice_operator::runtime::cli::{Cli, Command, FetchArgs, LogFormat, RunArgs};
 use modelservice_operator::runtime::leader::{self, ElectionConfig};
 use modelservice_operator::runtime::run::{RunConfig, run};
 use modelservice_operator::runtime::{convert_manifests, logging, manifests, render, shutdown};
@@ -30,6 +31,7 @@ fn main() -> ExitCode {
                 &OperatorDefaults {
                     prometheus_address: args.prometheus_address.clone(),
                     endpoint_picker_image: args.endpoint_picker_image.clone(),
+                    fetch_image: args.fetch_image.clone(),
                 },
             )
         })),
@@ -49,7 +51,40 @@ fn main() -> ExitCode {
                 Err(e) => fail(&e),
             }
         }
+        Command::Fetch(args) => fetch_command(args),
     }
+}
+
+/// The download Job's container: its exit code is the outcome's.
+fn fetch_command(args: FetchArgs) -> ExitCode {
+    if let Err(e) = logging::init(args.log_format, None) {
+        return fail(&e);
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(&format!("cannot start the async runtime: {e}")),
+    };
+    let token = |name: &str| std::env::var(name).ok().filter(|t| !t.is_empty());
+    let req = fetch::FetchRequest {
+        source: args.source,
+        dest: args.dest,
+        key: args.key,
+        capacity: args.capacity,
+        keep: args.keep,
+        hf_endpoint: args.hf_endpoint,
+        hf_token: token("HF_TOKEN"),
+        bearer_token: token("BEARER_TOKEN"),
+    };
+    let code = rt.block_on(fetch::run(
+        &req,
+        &fetch::FetchOptions::default(),
+        &mut std::io::stdout(),
+        &args.termination_log,
+    ));
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
 fn print_or_fail(out: Result<String, String>) -> ExitCode {
@@ -100,6 +135,7 @@ async fn run_command(args: RunArgs) -> Result<(), String> {
             defaults: OperatorDefaults {
                 prometheus_address: args.prometheus_address.clone(),
                 endpoint_picker_image: args.endpoint_picker_image.clone(),
+                fetch_image: args.fetch_image.clone(),
             },
             ..ControllerConfig::default()
         },

@@ -36,6 +36,40 @@ pub struct ModelServiceStatus {
     /// The HTTPRoute, while route is set: whether Gateway API is installed and whether each Gateway accepted it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<RouteStatus>,
+    /// The weights, while model.source is set: the download's progress, and what the pods read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelWeightsStatus>,
+}
+
+/// The model's weights as the cache holds them.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelWeightsStatus {
+    /// The source the spec asks for (model.source.uri).
+    pub source: String,
+    /// Pending (the Job or its volume is not running yet), Downloading, Complete or Failed; Mounted for a pvc:// source.
+    pub phase: String,
+    /// Bytes of this source in the cache, resumed downloads included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub done_bytes: Option<i64>,
+    /// Bytes of the whole source, once the download has listed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_bytes: Option<i64>,
+    /// The download's rate over its last seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_per_second: Option<i64>,
+    /// Seconds left at that rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eta_seconds: Option<i64>,
+    /// All of the above for people, for example "42% of 86.0 GiB, 410.0 MiB/s, about 2 min left" (the Weights column of kubectl get).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
+    /// Why the download failed, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The source the serving pods read now: the previous one while a new one downloads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving: Option<String>,
 }
 
 /// Both tracks of a canary rollout.

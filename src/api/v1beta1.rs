@@ -72,6 +72,12 @@ use super::status::ModelServiceStatus;
         description = "With rollout.canary: Serving, Starting, or why it was rolled back (for example CrashLooping)"
     ),
     printcolumn(
+        name = "Weights",
+        type_ = "string",
+        json_path = ".status.model.progress",
+        description = "With model.source: the download's progress (42% of 86.0 GiB, 410.0 MiB/s, about 2 min left), or the cached size once complete"
+    ),
+    printcolumn(
         name = "Replicas",
         type_ = "integer",
         json_path = ".status.readyReplicas",
@@ -155,6 +161,55 @@ pub struct Model {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = crate::api::bounds::VERSION))]
     pub version: Option<String>,
+
+    /// Where the weights come from. Without it the server fetches model.name itself, in every pod, on every start. With a downloaded source (hf://, http(s)://) a Job fetches it once into the claim that cache describes, and every pod mounts that claim read-only; with pvc:// the pods mount the claim you name. The preset then points the server at the files and keeps model.name as the served name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<ModelSource>,
+
+    /// The volume a downloaded source is kept in: a PersistentVolumeClaim <name>-weights that every replica, restart and rollout of this ModelService reads. Required with an hf:// or http(s):// source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<ModelCache>,
+}
+
+/// A pinned source of model weights.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelSource {
+    /// hf://org/name@revision (a Hugging Face repository at a commit or tag), http(s)://host/path/file#sha256=<64 hex> (one file and its digest), or pvc://claim/path (a directory in an existing claim of this namespace, mounted as it is; nothing is downloaded). Changing it downloads the new source beside the old one, which keeps serving until the download is complete; then the pods roll.
+    #[schemars(length(min = 1, max = crate::core::model_source::MAX_URI), regex(pattern = r"^(hf|https?|pvc)://"))]
+    pub uri: String,
+
+    /// A Secret of this namespace whose keys become the download Job's environment (never the serving pods'): HF_TOKEN for hf://, BEARER_TOKEN for http(s)://.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub credentials_secret: Option<String>,
+}
+
+/// The claim a downloaded source is kept in.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelCache {
+    /// The claim's size, for example 200Gi: the model, and the next revision while it downloads beside it. A download that does not fit says so (reason WeightsVolumeTooSmall) and names both sizes; raising it expands the claim when its storage class allows.
+    pub size: Quantity,
+
+    /// The claim's storage class; default the cluster's default class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub storage_class_name: Option<String>,
+
+    /// ReadWriteOnce (the default) works with every storage class, but all pods must then run on one node; ReadWriteMany (NFS, CephFS, a cloud file store) lets replicas on many nodes share one download.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_mode: Option<CacheAccessMode>,
+}
+
+/// How the cache claim may be attached.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum CacheAccessMode {
+    /// One node at a time.
+    #[default]
+    ReadWriteOnce,
+    /// Many nodes at once.
+    ReadWriteMany,
 }
 
 /// The serving runtime.

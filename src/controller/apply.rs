@@ -5,14 +5,15 @@
 //! all: a converged operator makes no write requests.
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::{Api, Resource};
 use tracing::warn;
 
 use super::children::{
-    self, Cached, Child, ConfigMapChild, DeploymentChild, HpaChild, HttpRouteChild,
+    self, Cached, Child, ClaimChild, ConfigMapChild, JobChild, DeploymentChild, HpaChild, HttpRouteChild,
     InferencePoolChild, LeaderWorkerSetChild, RoleBindingChild, RoleChild, ScaledObjectChild,
     ServiceAccountChild, ServiceChild,
 };
@@ -78,6 +79,9 @@ pub struct Applied {
     pub pools: Vec<AppliedPool>,
     /// Kinds the spec asks for whose API the cluster does not serve.
     pub unavailable: Vec<String>,
+    /// The download Job of the spec's source, with a downloaded
+    /// `model.source`: its status says whether the weights are in.
+    pub job: Option<Cached<JobChild>>,
 }
 
 /// One InferencePool as applied (its status says whether its Gateways
@@ -138,6 +142,8 @@ async fn apply_all(
         canary_service,
         route,
         pools,
+        weights_claim,
+        fetch,
     } = children;
     let (Some(name), Some(ns)) = (
         service.metadata.name.as_deref(),
@@ -151,6 +157,7 @@ async fn apply_all(
         owner_uid,
         namespace: ns,
     };
+    let job = apply_cache(&stale, name, weights_claim.as_ref(), fetch.as_ref(), done).await?;
     // An autoscaler the spec no longer wants goes before a new one is made:
     // two autoscalers never scale one Deployment at once.
     stale.remove::<HpaChild>(name, hpa.is_none()).await?;
@@ -206,6 +213,7 @@ async fn apply_all(
                     route: None,
                     pools: Vec::new(),
                     unavailable,
+                    job,
                 });
             }
             done.push(apply_one::<ServiceChild>(ctx, service).await?.1);
@@ -217,7 +225,11 @@ async fn apply_all(
             }
             (state, applied)
         }
-        (None, None) => return Err(Error::MissingField("a Deployment or a LeaderWorkerSet")),
+        // The weights are not in yet and nothing serves: only the Service.
+        (None, None) => {
+            done.push(apply_one::<ServiceChild>(ctx, service).await?.1);
+            (None, None)
+        }
     };
     // Switching between one pod and a group per replica: the workload of
     // the other shape serves until this one is ready, then goes.
@@ -312,7 +324,63 @@ async fn apply_all(
         route,
         pools,
         unavailable,
+        job,
     })
+}
+
+/// The weights cache: the claim, then the spec's download Job, created
+/// once and never changed (a Job's pod template cannot change, and an
+/// operator upgrade that changed the fetch image must not fail every
+/// ModelService). Jobs of sources the spec no longer names go, and the
+/// claim goes with the last downloaded source.
+async fn apply_cache(
+    stale: &Stale<'_>,
+    name: &str,
+    claim: Option<&PersistentVolumeClaim>,
+    job: Option<&Job>,
+    done: &mut Vec<Done>,
+) -> Result<Option<Cached<JobChild>>, Error> {
+    let ctx = stale.ctx;
+    let ns = stale.namespace;
+    let jobs = &JobChild::cache(&ctx.stores).store;
+    let wanted_job = job.and_then(|j| j.metadata.name.clone());
+    let old: Vec<String> = jobs
+        .state()
+        .iter()
+        .filter(|j| j.meta().namespace.as_deref() == Some(ns))
+        .filter(|j| {
+            j.meta()
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.uid == stale.owner_uid && o.controller == Some(true))
+        })
+        .filter_map(|j| j.meta().name.clone())
+        .filter(|n| Some(n) != wanted_job.as_ref())
+        .collect();
+    for n in old {
+        stale.remove::<JobChild>(&n, true).await?;
+    }
+    let claim_name = crate::core::weights::claim_name(name);
+    let Some(claim) = claim else {
+        stale.remove::<ClaimChild>(&claim_name, true).await?;
+        return Ok(None);
+    };
+    let mut claim = claim.clone();
+    if let Some(current) = cached(&ClaimChild::cache(&ctx.stores).store, ns, &claim_name) {
+        crate::core::weights::keep_immutable(&mut claim, current.spec_value().as_ref());
+    }
+    done.push(apply_one::<ClaimChild>(ctx, &claim).await?.1);
+    let Some(job) = job else {
+        return Ok(None);
+    };
+    let job_name = job.metadata.name.as_deref().unwrap_or_default();
+    if let Some(current) = cached(jobs, ns, job_name) {
+        return Ok(Some(current.as_ref().clone()));
+    }
+    let (applied, d) = apply_one::<JobChild>(ctx, job).await?;
+    done.push(d);
+    Ok(Some(applied))
 }
 
 /// Which of one ModelService's pools the spec wants: (stable, canary).

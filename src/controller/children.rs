@@ -16,7 +16,10 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::batch::v1::{Job, JobStatus};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, PersistentVolumeClaim, PersistentVolumeClaimStatus, Service, ServiceAccount,
+};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::Resource;
 use kube::core::NamespaceResourceScope;
@@ -215,6 +218,33 @@ impl Child for ConfigMapChild {
     }
 }
 
+/// The claim `<name>-weights` a downloaded `model.source` is kept in.
+pub struct ClaimChild;
+impl Child for ClaimChild {
+    const WHY: &'static str = "the weights cache, with a downloaded model.source (hf://, http(s)://); deleted when model.source is removed or becomes a pvc:// path.";
+    type Object = PersistentVolumeClaim;
+    type Status = PersistentVolumeClaimStatus;
+    const OPTIONAL: bool = false;
+    const DELETED_WHEN_UNWANTED: bool = true;
+    fn cache(stores: &Stores) -> &Cache<Cached<Self>> {
+        &stores.claims
+    }
+}
+
+/// The Job `<name>-fetch-<hash>` that downloads one source into the claim.
+/// Its status says whether the download is complete or failed.
+pub struct JobChild;
+impl Child for JobChild {
+    const WHY: &'static str = "downloads a model.source into the weights cache, once per source, with the operator's own image; the previous source's Job is deleted once the pods no longer read it.";
+    type Object = Job;
+    type Status = JobStatus;
+    const OPTIONAL: bool = false;
+    const DELETED_WHEN_UNWANTED: bool = true;
+    fn cache(stores: &Stores) -> &Cache<Cached<Self>> {
+        &stores.jobs
+    }
+}
+
 /// Something done once per row, in table order (see [`each_child`]).
 pub trait ForEachChild {
     fn visit<C: Child>(&mut self);
@@ -303,6 +333,8 @@ child_table! {
     roles: RoleChild,
     role_bindings: RoleBindingChild,
     config_maps: ConfigMapChild,
+    claims: ClaimChild,
+    jobs: JobChild,
 }
 
 impl Stores {
@@ -394,7 +426,9 @@ mod tests {
                 "serviceaccounts",
                 "roles",
                 "rolebindings",
-                "configmaps"
+                "configmaps",
+                "persistentvolumeclaims",
+                "jobs"
             ]
         );
         // A canary's Deployment and the track Services go with the canary.
@@ -429,7 +463,9 @@ mod tests {
                 "ServiceAccount",
                 "Role",
                 "RoleBinding",
-                "ConfigMap"
+                "ConfigMap",
+                "PersistentVolumeClaim",
+                "Job"
             ]
         );
     }

@@ -174,6 +174,8 @@ pub struct Context {
     pub surge: super::surge::Memory,
     /// The leaders of each group seen, for recreations.
     pub recreations: super::groups::Recreations,
+    /// The last reading of each download (see `download`).
+    pub downloads: super::download::Downloads,
 }
 
 /// The key of the per-object tables below: `namespace/name`.
@@ -209,6 +211,7 @@ impl Context {
             failures: Default::default(),
             surge: Default::default(),
             recreations: Default::default(),
+            downloads: Default::default(),
         }
     }
 
@@ -235,6 +238,7 @@ impl Context {
         super::apply::forget(self, namespace, name);
         self.surge.forget(namespace, name);
         self.recreations.forget(namespace, name);
+        self.downloads.forget(namespace, name);
         self.metrics.forget(namespace, name);
     }
 }

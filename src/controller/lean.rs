@@ -212,6 +212,11 @@ impl<K: Resource<DynamicType = ()>, S> Lean<K, S> {
         serde_json::from_str::<Replicas>(raw.get()).ok()?.replicas
     }
 
+    /// The spec as JSON, when there is one and it reads.
+    pub fn spec_value(&self) -> Option<Value> {
+        serde_json::from_str(self.spec.as_deref()?.get()).ok()
+    }
+
     /// One annotation's value.
     pub fn annotation(&self, key: &str) -> Option<String> {
         let raw = self.annotations.as_deref()?;

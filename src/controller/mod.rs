@@ -8,6 +8,7 @@ pub mod apply;
 pub mod backoff;
 pub mod children;
 pub mod context;
+pub mod download;
 pub mod error;
 pub mod events;
 pub mod finalizer;

@@ -20,6 +20,7 @@ use super::{Context, Error, apply, invalid, report, surge};
 use crate::api::{Engine, ModelService, RouteBackend, lws};
 use crate::core::canary_wait::CanaryWaiting;
 use crate::core::diagnosis::{GpuRequest, Problem};
+use crate::core::download::WeightsSeen;
 use crate::core::rollback::{self, RolledBack};
 use crate::core::status::{KedaSeen, Observed, compute, needs_pods, now_seconds};
 use crate::core::strategy_status::{CanarySeen, PoolSeen, PoolsSeen, RouteSeen};
@@ -142,6 +143,8 @@ struct Acted {
     failure: Option<Error>,
     /// When a closed loop (a surge judged by the scheduler) must look again.
     recheck: Option<Duration>,
+    /// The weights, with `model.source`.
+    weights_seen: Option<WeightsSeen>,
 }
 
 impl Acted {
@@ -177,6 +180,7 @@ impl Acted {
             unavailable: Vec::new(),
             failure,
             recheck: None,
+            weights_seen: None,
             canary_waiting: None,
             canary_held: None,
         }
@@ -278,11 +282,35 @@ async fn validate_build_apply(
             multi_node_unavailable(&valid),
             None,
         )),
-        Ok(applied) => Ok(Acted {
+        Ok(applied) => {
+            let weights_seen = match &valid.spec.model.source {
+                Some(source) => Some(
+                    super::download::observe(
+                        ctx,
+                        ns,
+                        name,
+                        &source.uri,
+                        applied.job.as_ref(),
+                        applied_serving(&plan.children),
+                    )
+                    .await,
+                ),
+                None => None,
+            };
+            let recheck = match &weights_seen {
+                Some(w) if w.waiting() => Some(
+                    settled
+                        .recheck
+                        .map_or(super::download::READ_EVERY, |r| r.min(super::download::READ_EVERY)),
+                ),
+                _ => settled.recheck,
+            };
+            Ok(Acted {
+            weights_seen,
             deployment: applied
                 .deployment
                 .map(|d| surge::remembered(ctx, settled.decision, d)),
-            recheck: settled.recheck,
+            recheck,
             scaled_object: applied.scaled_object,
             canary: applied.canary,
             route: applied.route,
@@ -294,7 +322,8 @@ async fn validate_build_apply(
             blocked: None,
             unavailable: applied.unavailable,
             failure: None,
-        }),
+        })
+        }
         Err(Error::ChildConflict(c)) => Ok(Acted::blocked(ctx, ns, name, c.problem(), None)),
         Err(e) if e.is_permanent() => {
             let p = Problem {
@@ -316,6 +345,21 @@ async fn validate_build_apply(
         }
         Err(e) => Err(e),
     }
+}
+
+/// The source the stable workload just applied reads (its template's
+/// annotation), which the previous one keeps while a new one downloads.
+fn applied_serving(children: &crate::core::Children) -> Option<String> {
+    let template = match (&children.deployment, &children.groups) {
+        (Some(d), _) => d.spec.template.metadata.as_ref(),
+        (None, Some(g)) => g.spec.leader_worker_template.leader_template.metadata.as_ref(),
+        (None, None) => None,
+    };
+    template?
+        .annotations
+        .as_ref()?
+        .get(crate::core::weights::SERVED_ANNOTATION)
+        .cloned()
 }
 
 /// Why a spec of groups does not run: the cluster has no LeaderWorkerSet.
@@ -384,6 +428,7 @@ async fn report_status(
     let observed = Observed {
         recreating: recreating.flatten(),
         groups: ms.spec.pipeline() > 1,
+        weights: acted.weights_seen.as_ref(),
         name,
         namespace: ns,
         generation: ms.metadata.generation.unwrap_or(0),

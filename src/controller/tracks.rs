@@ -4,13 +4,14 @@
 
 use std::sync::Arc;
 
-use super::children::{Child, LeaderWorkerSetChild};
+use super::children::{Child, JobChild, LeaderWorkerSetChild};
 use super::lean::LeanDeployment;
 use super::observe::{Track, cached, pods};
 use super::{Context, Error};
 use crate::core::diagnosis::GpuRequest;
 use crate::core::status::needs_pods;
 use crate::core::tracks::{CANARY, Readiness, canary_may_go, canary_name};
+use crate::core::children::WeightsPrior;
 use crate::core::{Prior, ValidSpec, canary_wait, rollback};
 
 /// The cached workload `name` of `v`'s shape: a Deployment, or with
@@ -67,7 +68,21 @@ pub async fn prior(ctx: &Context, v: &ValidSpec) -> Result<Prior, Error> {
     } else {
         cached(&LeaderWorkerSetChild::cache(&ctx.stores).store, ns, name).is_some()
     };
+    let stable_template = stable.as_deref().and_then(LeanDeployment::template);
+    let weights = WeightsPrior {
+        complete: crate::core::weights::downloaded(v).is_some_and(|source| {
+            let job = crate::core::weights::job_name(name, &source);
+            cached(&JobChild::cache(&ctx.stores).store, ns, &job)
+                .is_some_and(|j| super::download::job_state(&j) == super::download::JobState::Complete)
+        }),
+        serving: stable_template
+            .as_ref()
+            .and_then(|t| t.pointer(&format!("/metadata/annotations/{}", crate::core::weights::SERVED_ANNOTATION.replace('/', "~1"))))
+            .and_then(|a| a.as_str())
+            .map(str::to_string),
+    };
     Ok(Prior {
+        weights,
         switching: other,
         canary_waiting,
         canary_held_before: canary_wait::held_before(
@@ -79,7 +94,7 @@ pub async fn prior(ctx: &Context, v: &ValidSpec) -> Result<Prior, Error> {
         stable_rolling_out: stable
             .as_deref()
             .is_some_and(|s| !canary_may_go(Some(s.state()))),
-        stable_template: stable.as_deref().and_then(LeanDeployment::template),
+        stable_template,
         readiness: Readiness {
             stable_ready: ready(stable.as_deref()),
             canary_ready: ready(canary.as_deref()),

@@ -3,8 +3,9 @@
 //! Reconcile applies exactly this, and `render` prints exactly this.
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde_json::Value;
@@ -14,7 +15,9 @@ use super::rollback::{self, RolledBack};
 use super::route::{self, Backend};
 use super::subset::is_subset;
 use super::tracks::{self, CANARY, Readiness, STABLE, Weights};
-use super::{ValidSpec, deployment, endpoint_picker, hpa, keda, leader_worker_set, pool, service};
+use super::{
+    ValidSpec, deployment, endpoint_picker, hpa, keda, leader_worker_set, pool, service, weights,
+};
 use crate::api::gateway::HttpRoute;
 use crate::api::inference::InferencePool;
 use crate::api::keda::ScaledObject;
@@ -48,6 +51,10 @@ pub struct Children {
     /// The InferencePools and their endpoint pickers, with `route.backend:
     /// InferencePool`.
     pub pools: Option<Pools>,
+    /// The claim `<name>-weights` a downloaded `model.source` is kept in.
+    pub weights_claim: Option<PersistentVolumeClaim>,
+    /// The Job `<name>-fetch-<hash>` that downloads it.
+    pub fetch: Option<Job>,
 }
 
 /// One InferencePool and its endpoint picker.
@@ -96,6 +103,18 @@ pub struct Prior {
     /// wanted, or the reverse) still serves until the new one is ready:
     /// the Service then selects both.
     pub switching: bool,
+    /// The cache, with a downloaded `model.source`.
+    pub weights: WeightsPrior,
+}
+
+/// What the cache and the pods say of the weights.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WeightsPrior {
+    /// The spec's source is complete in the cache (its Job succeeded).
+    pub complete: bool,
+    /// The source the cached stable workload's pods read (its template's
+    /// `weights::SERVED_ANNOTATION`), `None` when they read none.
+    pub serving: Option<String>,
 }
 
 impl Prior {
@@ -107,6 +126,10 @@ impl Prior {
                 stable_ready: 1,
                 canary_ready: 1,
                 canary_rolled_back: false,
+            },
+            weights: WeightsPrior {
+                complete: true,
+                serving: None,
             },
             ..Prior::default()
         }
@@ -150,6 +173,43 @@ pub fn build_children(v: &ValidSpec, owner: Option<&OwnerReference>) -> Children
 /// Builds every child of `v`, each owned by `owner` when given, in the
 /// world `prior` describes.
 pub fn plan(v: &ValidSpec, owner: Option<&OwnerReference>, prior: &Prior) -> Plan {
+    let fetch = weights::job(v, owner, prior.weights.serving.as_ref().and_then(|u| weights::served(&v.name, u)).as_ref(), &v.fetch_image);
+    let weights_claim = weights::claim(v, owner);
+    let Some(served_now) = weights::serving_now(v, prior) else {
+        // Nothing serves yet and the weights are not in: no pods may
+        // start (they would hold GPUs waiting), so no workload, and no
+        // autoscaler with nothing to scale.
+        return Plan {
+            children: Children {
+                deployment: None,
+                groups: None,
+                service: service::build(v, owner, v.spec.pipeline() > 1),
+                hpa: None,
+                scaled_object: None,
+                canary: None,
+                canary_groups: None,
+                stable_service: None,
+                canary_service: None,
+                route: None,
+                pools: None,
+                weights_claim,
+                fetch,
+            },
+            weights: None,
+            rolled_back: None,
+            canary_held: None,
+        };
+    };
+    let with_served;
+    let v = if served_now == v.served {
+        v
+    } else {
+        with_served = ValidSpec {
+            served: served_now,
+            ..v.clone()
+        };
+        &with_served
+    };
     let grouped = v.spec.pipeline() > 1;
     let mut deployment = deployment::build(v, owner);
     let unlabelled = pod_template(v, &deployment);
@@ -281,6 +341,8 @@ pub fn plan(v: &ValidSpec, owner: Option<&OwnerReference>, prior: &Prior) -> Pla
             canary_service: with_canary.map(|_| tracks::track_service(v, owner, CANARY)),
             route: route::build(v, owner, &backends),
             pools,
+            weights_claim,
+            fetch,
         },
         weights,
         rolled_back,
@@ -303,8 +365,16 @@ impl Children {
             canary_service,
             route,
             pools,
+            weights_claim,
+            fetch,
         } = self;
         let mut docs = Vec::new();
+        if let Some(c) = weights_claim {
+            docs.push(serde_yaml::to_string(c)?);
+        }
+        if let Some(j) = fetch {
+            docs.push(serde_yaml::to_string(j)?);
+        }
         if let Some(d) = deployment {
             docs.push(serde_yaml::to_string(d)?);
         }

@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::labels::{child_meta, pod_labels, selector_labels};
-use super::{ValidSpec, preset};
+use super::{ValidSpec, preset, weights};
 use crate::api::RolloutStrategy;
 
 /// The name of the serving container.
@@ -54,6 +54,9 @@ pub fn build(v: &ValidSpec, owner: Option<&OwnerReference>) -> Deployment {
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(pod_labels(v)),
+                    annotations: v.served.as_ref().map(|s| {
+                        BTreeMap::from([(weights::SERVED_ANNOTATION.to_string(), s.uri.clone())])
+                    }),
                     ..ObjectMeta::default()
                 }),
                 spec: Some(pod_spec(v)),
@@ -91,16 +94,20 @@ fn pod_spec(v: &ValidSpec) -> PodSpec {
             .then(|| spec.scheduling.node_selector.clone()),
         tolerations: (!spec.scheduling.tolerations.is_empty())
             .then(|| spec.scheduling.tolerations.clone()),
-        volumes: shm.then(|| {
-            vec![Volume {
-                name: "dshm".into(),
-                empty_dir: Some(EmptyDirVolumeSource {
-                    medium: Some("Memory".into()),
-                    ..EmptyDirVolumeSource::default()
-                }),
-                ..Volume::default()
-            }]
-        }),
+        volumes: {
+            let mut volumes: Vec<Volume> = v.served.iter().map(|s| weights::mount(s).0).collect();
+            if shm {
+                volumes.push(Volume {
+                    name: "dshm".into(),
+                    empty_dir: Some(EmptyDirVolumeSource {
+                        medium: Some("Memory".into()),
+                        ..EmptyDirVolumeSource::default()
+                    }),
+                    ..Volume::default()
+                });
+            }
+            (!volumes.is_empty()).then_some(volumes)
+        },
         ..PodSpec::default()
     }
 }
@@ -108,9 +115,17 @@ fn pod_spec(v: &ValidSpec) -> PodSpec {
 fn container(v: &ValidSpec, shm: bool) -> Container {
     let rt = &v.spec.runtime;
     let model = &v.spec.model.name;
-    let mut args = preset::args(rt.preset, model, rt.port, &rt.args, super::pool::wanted(v));
+    let path = v.served.as_ref().map(|s| s.path.as_str());
+    let mut args = preset::args(
+        rt.preset,
+        model,
+        path,
+        rt.port,
+        &rt.args,
+        super::pool::wanted(v),
+    );
     args.extend(rt.args.iter().cloned());
-    let mut env = preset::env(rt.preset, model, rt.port);
+    let mut env = preset::env(rt.preset, model, path, rt.port);
     env.extend(rt.env.iter().cloned());
     Container {
         name: CONTAINER_NAME.into(),
@@ -128,13 +143,17 @@ fn container(v: &ValidSpec, shm: bool) -> Container {
         startup_probe: Some(probe(STARTUP_PERIOD_SECONDS, STARTUP_FAILURE_THRESHOLD)),
         readiness_probe: Some(probe(5, 3)),
         liveness_probe: Some(probe(10, 3)),
-        volume_mounts: shm.then(|| {
-            vec![VolumeMount {
-                name: "dshm".into(),
-                mount_path: "/dev/shm".into(),
-                ..VolumeMount::default()
-            }]
-        }),
+        volume_mounts: {
+            let mut mounts: Vec<VolumeMount> = v.served.iter().map(|s| weights::mount(s).1).collect();
+            if shm {
+                mounts.push(VolumeMount {
+                    name: "dshm".into(),
+                    mount_path: "/dev/shm".into(),
+                    ..VolumeMount::default()
+                });
+            }
+            (!mounts.is_empty()).then_some(mounts)
+        },
         ..Container::default()
     }
 }

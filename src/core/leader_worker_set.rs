@@ -51,6 +51,7 @@ pub fn build(
     let at = super::preset::args(
         preset,
         &spec.model.name,
+        v.served.as_ref().map(|s| s.path.as_str()),
         rt.port,
         &rt.args,
         super::pool::wanted(v),

@@ -11,6 +11,7 @@ pub mod conditions;
 pub mod convert;
 pub mod deployment;
 pub mod diagnosis;
+pub mod download;
 pub mod endpoint_picker;
 pub mod fingerprint;
 pub mod groups;
@@ -37,6 +38,7 @@ pub mod subset;
 pub mod surge;
 pub mod tracks;
 pub mod validate;
+pub mod weights;
 
 pub use children::{Children, Plan, PoolChildren, Pools, Prior, build_children, plan};
 pub use validate::{InvalidSpec, OperatorDefaults, ValidSpec, validate, validate_with};

@@ -233,8 +233,8 @@ impl Source {
     }
 }
 
-/// A Kubernetes object name (RFC 1123 subdomain).
-fn is_dns_subdomain(s: &str) -> bool {
+/// A Kubernetes object name (RFC 1123 subdomain): claims, Secrets, classes.
+pub fn is_dns_subdomain(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 253
         && s.split('.').all(|l| {

@@ -46,6 +46,16 @@ pub fn milli_units(q: &str) -> Option<i128> {
     Some(if negative { -value } else { value })
 }
 
+/// `q` in whole units, rounded up (bytes, for a storage size); `None` when
+/// it is not a quantity, is negative or does not fit.
+pub fn bytes(q: &str) -> Option<u64> {
+    let milli = milli_units(q)?;
+    if milli < 0 {
+        return None;
+    }
+    u64::try_from((milli + 999) / 1000).ok()
+}
+
 fn binary_factor(suffix: &str) -> Option<i128> {
     let power = match suffix {
         "Ki" => 1,

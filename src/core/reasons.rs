@@ -45,6 +45,15 @@ pub const ROUTE_UNAVAILABLE: &str = "RouteUnavailable";
 pub const MULTI_NODE_UNAVAILABLE: &str = "MultiNodeUnavailable";
 /// Degraded: a group of pods keeps being recreated (a member keeps failing).
 pub const GROUP_RECREATING: &str = "GroupRecreating";
+/// Ready=False: the weights of `model.source` are being downloaded into
+/// the cache (status.model has the progress); the pods start, or roll,
+/// once it is complete.
+pub const DOWNLOADING_WEIGHTS: &str = "DownloadingWeights";
+/// Ready=False, Degraded: the cache claim cannot hold the model.
+pub const WEIGHTS_VOLUME_TOO_SMALL: &str = "WeightsVolumeTooSmall";
+/// Ready=False, Degraded: the download failed for another reason (the
+/// source refused it, a checksum never matched, retries ran out).
+pub const WEIGHTS_DOWNLOAD_FAILED: &str = "WeightsDownloadFailed";
 /// CanaryHealthy=True: every canary pod is ready.
 pub const SERVING: &str = "Serving";
 /// CanaryHealthy=True: canary pods are still starting.

@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::conditions::{Wanted, find, merge};
 use super::diagnosis::{self, GpuRequest, Problem, diagnose};
+use super::download::WeightsSeen;
 use super::labels::selector_string;
 use super::reasons;
 use super::rollout::{DeploymentState, Rollout, rollout};
@@ -46,6 +47,8 @@ pub struct Observed<'a> {
     /// The replicas are groups of pods on a LeaderWorkerSet, which the
     /// counts above count.
     pub groups: bool,
+    /// The weights, with `model.source`.
+    pub weights: Option<&'a WeightsSeen>,
 }
 
 /// KEDA as observed for one ModelService.
@@ -136,7 +139,8 @@ pub fn compute(
     now: &Time,
 ) -> ModelServiceStatus {
     let state = rollout(o.deployment);
-    let problem = o.blocked.clone().or_else(|| {
+    let weights_problem = o.weights.and_then(WeightsSeen::problem);
+    let problem = o.blocked.clone().or(weights_problem).or_else(|| {
         (!matches!(state, Rollout::Complete { .. }))
             .then(|| {
                 // A group that starts over is said first: its new pods
@@ -298,6 +302,17 @@ pub fn compute(
         }
     };
 
+    // While the spec's weights download, the current spec is not what
+    // serves (the pods wait for them, or the previous weights serve): Ready
+    // says so and how far it has got, unless something worse is wrong.
+    let (ready, progressing) = match o.weights.and_then(WeightsSeen::waiting_message) {
+        Some(m) if problem.is_none() => (
+            Wanted::new(ct::READY, false, reasons::DOWNLOADING_WEIGHTS, m.clone()),
+            Wanted::new(ct::PROGRESSING, true, reasons::DOWNLOADING_WEIGHTS, m),
+        ),
+        _ => (ready, progressing),
+    };
+
     // CanaryHealthy is ours only while there is a canary: without one, a
     // previous one is dropped, not kept as someone else's.
     let previous_conditions: Vec<_> = previous
@@ -325,6 +340,7 @@ pub fn compute(
             .as_ref()
             .map(|c| strategy_status::tracks(o.deployment, c)),
         route: o.route.as_ref().map(strategy_status::route),
+        model: o.weights.map(WeightsSeen::report),
     }
 }
 
@@ -401,7 +417,48 @@ mod tests {
             route: None,
             recreating: None,
             groups: false,
+            weights: None,
         }
+    }
+
+    #[test]
+    fn a_download_says_how_far_it_has_got_and_a_full_claim_needs_a_human() {
+        use crate::core::download::{Download, Progress, WeightsSeen};
+        let running = WeightsSeen {
+            uri: "hf://org/m@abc".into(),
+            download: Some(Download::Running(Some(Progress {
+                done_bytes: 42,
+                total_bytes: 100,
+                bytes_per_second: 1,
+            }))),
+            serving: None,
+        };
+        let o = Observed {
+            weights: Some(&running),
+            ..observed(None, &[])
+        };
+        let s = compute(None, &o, &t(10));
+        assert_eq!(cond(&s, ct::READY), ("False", reasons::DOWNLOADING_WEIGHTS));
+        assert_eq!(cond(&s, ct::PROGRESSING), ("True", reasons::DOWNLOADING_WEIGHTS));
+        assert_eq!(cond(&s, ct::DEGRADED), ("False", reasons::AS_EXPECTED));
+        let ready = find(&s.conditions, ct::READY).unwrap();
+        assert!(ready.message.contains("42% of 100 B"), "{}", ready.message);
+        assert_eq!(s.model.as_ref().map(|m| m.phase.as_str()), Some("Downloading"));
+
+        let full = WeightsSeen {
+            download: Some(Download::Failed {
+                too_small: true,
+                message: "the model needs 2.0 GiB, the claim has 1.0 GiB free of 1.0 GiB".into(),
+            }),
+            ..running
+        };
+        let o = Observed {
+            weights: Some(&full),
+            ..observed(None, &[])
+        };
+        let s = compute(None, &o, &t(10));
+        assert_eq!(cond(&s, ct::READY), ("False", reasons::WEIGHTS_VOLUME_TOO_SMALL));
+        assert_eq!(cond(&s, ct::DEGRADED), ("True", reasons::WEIGHTS_VOLUME_TOO_SMALL));
     }
 
     fn cond<'a>(s: &'a ModelServiceStatus, t: &str) -> (&'a str, &'a str) {

@@ -9,7 +9,7 @@ use std::fmt;
 
 use kube::ResourceExt;
 
-use super::preset;
+use super::{model_source, preset};
 use crate::api::{Engine, ModelService, ModelServiceSpec, RouteBackend};
 
 /// What the endpoint picker's objects add to the ModelService's name.
@@ -28,6 +28,12 @@ pub struct ValidSpec {
     /// The endpoint picker's image, with `route.backend: InferencePool`:
     /// the operator's, never the spec's.
     pub endpoint_picker_image: String,
+    /// What the serving pods read, with `model.source`: the spec's source,
+    /// or (see `children::plan`) the one that still serves while the
+    /// spec's downloads.
+    pub served: Option<super::weights::Served>,
+    /// The image of the download Job: the operator's, never the spec's.
+    pub fetch_image: String,
 }
 
 /// What the operator's configuration adds to every spec.
@@ -38,6 +44,9 @@ pub struct OperatorDefaults {
     /// `--endpoint-picker-image`: the InferencePools' endpoint picker
     /// (`endpoint_picker::DEFAULT_IMAGE` when unset).
     pub endpoint_picker_image: Option<String>,
+    /// `--fetch-image`: the download Job's image, the operator's own
+    /// (`weights::DEFAULT_FETCH_IMAGE` when unset).
+    pub fetch_image: Option<String>,
 }
 
 /// Why a spec cannot be turned into children; the message names the field.
@@ -269,6 +278,7 @@ pub fn validate_with(
                 .push("spec.route.path must start with / and be at most 1024 characters".into());
         }
     }
+    check_weights(&mut problems, &name, spec);
     let reserved = preset::env_names(rt.preset);
     for (i, e) in rt.env.iter().enumerate() {
         if e.name.is_empty() || e.name.contains('=') {
@@ -285,6 +295,11 @@ pub fn validate_with(
     }
 
     if problems.is_empty() {
+        let served = spec
+            .model
+            .source
+            .as_ref()
+            .and_then(|s| super::weights::served(&name, &s.uri));
         Ok(ValidSpec {
             name,
             namespace,
@@ -295,9 +310,77 @@ pub fn validate_with(
                 .clone()
                 .filter(|i| !i.trim().is_empty())
                 .unwrap_or_else(|| super::endpoint_picker::DEFAULT_IMAGE.to_string()),
+            served,
+            fetch_image: defaults
+                .fetch_image
+                .clone()
+                .filter(|i| !i.trim().is_empty())
+                .unwrap_or_else(|| super::weights::DEFAULT_FETCH_IMAGE.to_string()),
         })
     } else {
         Err(InvalidSpec { problems })
+    }
+}
+
+/// `model.source` and `model.cache`: a source that names one set of files,
+/// a cache exactly when something is downloaded, and names that fit.
+fn check_weights(problems: &mut Vec<String>, name: &str, spec: &ModelServiceSpec) {
+    let m = &spec.model;
+    let Some(source) = &m.source else {
+        if m.cache.is_some() {
+            problems.push(
+                "spec.model.cache is only used with spec.model.source (an hf:// or http(s):// source to download into it)".into(),
+            );
+        }
+        return;
+    };
+    let parsed = match model_source::parse(&source.uri) {
+        Ok(p) => p,
+        Err(e) => {
+            problems.push(format!("spec.model.source.uri {:?} {e}", source.uri));
+            return;
+        }
+    };
+    if let Some(secret) = &source.credentials_secret
+        && !model_source::is_dns_subdomain(secret)
+    {
+        problems.push(format!(
+            "spec.model.source.credentialsSecret {secret:?} is not a Secret name"
+        ));
+    }
+    if !parsed.downloads() {
+        if m.cache.is_some() {
+            problems.push("spec.model.cache is only for downloaded sources: a pvc:// source is mounted as it is, read-only".into());
+        }
+        if source.credentials_secret.is_some() {
+            problems.push("spec.model.source.credentialsSecret is only for downloaded sources: nothing fetches a pvc:// source".into());
+        }
+        return;
+    }
+    let longest = 63 - super::weights::JOB_SUFFIX_LEN;
+    if name.len() > longest {
+        problems.push(format!(
+            "metadata.name {name:?} is too long for a downloaded model.source: the download Job {name}-fetch-<8 hex> must be at most 63 characters, so the name at most {longest}"
+        ));
+    }
+    let Some(cache) = &m.cache else {
+        problems.push(format!(
+            "spec.model.cache is required with a downloaded source: its size (for example 200Gi) makes the claim {name}-weights that every replica reads"
+        ));
+        return;
+    };
+    if super::quantity::bytes(&cache.size.0).is_none_or(|b| b == 0) {
+        problems.push(format!(
+            "spec.model.cache.size {:?} is not a positive quantity (for example 200Gi)",
+            cache.size.0
+        ));
+    }
+    if let Some(class) = &cache.storage_class_name
+        && !model_source::is_dns_subdomain(class)
+    {
+        problems.push(format!(
+            "spec.model.cache.storageClassName {class:?} is not a StorageClass name"
+        ));
     }
 }
 

@@ -38,6 +38,10 @@ pub enum Command {
     Render(RenderArgs),
     /// Convert ModelService manifests offline between API versions (other documents pass through).
     Convert(ConvertArgs),
+    /// Download a model's weights into the cache volume (the operator's download Job runs this).
+    /// Tokens come from the environment only (HF_TOKEN, BEARER_TOKEN), never from flags, which any
+    /// process on the node can read.
+    Fetch(FetchArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -93,6 +97,10 @@ pub struct RunArgs {
     /// The endpoint picker image of InferencePools (route.backend InferencePool). Default: the Gateway API Inference Extension's last EPP, registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0.
     #[arg(long, env = "ENDPOINT_PICKER_IMAGE", value_name = "IMAGE")]
     pub endpoint_picker_image: Option<String>,
+
+    /// The image of the Jobs that download model.source into the weights cache: this operator's own image, which has the `fetch` command. Default ghcr.io/modelservice/modelservice-operator:<this version>; the chart sets it to the image it runs.
+    #[arg(long, env = "FETCH_IMAGE", value_name = "IMAGE")]
+    pub fetch_image: Option<String>,
 
     /// How often the operator looks again for optional APIs (KEDA, Gateway API) that were missing or went away (e.g. 30s).
     #[arg(long, env = "DISCOVERY_INTERVAL", default_value = "30s", value_parser = parse_positive_duration)]
@@ -227,6 +235,10 @@ pub struct RenderArgs {
     /// The operator's --endpoint-picker-image, for route.backend InferencePool.
     #[arg(long, env = "ENDPOINT_PICKER_IMAGE", value_name = "IMAGE")]
     pub endpoint_picker_image: Option<String>,
+
+    /// The image of the Jobs that download model.source into the weights cache: this operator's own image, which has the `fetch` command. Default ghcr.io/modelservice/modelservice-operator:<this version>; the chart sets it to the image it runs.
+    #[arg(long, env = "FETCH_IMAGE", value_name = "IMAGE")]
+    pub fetch_image: Option<String>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -237,6 +249,39 @@ pub struct ConvertArgs {
     /// The API version to write ModelServices in.
     #[arg(long, value_enum)]
     pub to: TargetVersion,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct FetchArgs {
+    /// The model source: hf://org/name@revision or https://host/file#sha256=<hex>.
+    #[arg(long, value_name = "URI")]
+    pub source: String,
+    /// The cache volume's mount path.
+    #[arg(long, value_name = "DIR")]
+    pub dest: PathBuf,
+    /// The source's directory under --dest (its cache key).
+    #[arg(long, value_name = "DIR")]
+    pub key: String,
+    /// The claim's size in bytes: a download that cannot fit is refused before it starts.
+    #[arg(long, value_name = "BYTES")]
+    pub capacity: u64,
+    /// Another directory under --dest to keep (a revision still served); repeatable. Every other directory is removed.
+    #[arg(long, value_name = "DIR")]
+    pub keep: Vec<String>,
+    /// Where the one-line JSON outcome is written.
+    #[arg(long, value_name = "FILE", default_value = "/dev/termination-log")]
+    pub termination_log: PathBuf,
+    /// The Hugging Face hub (or a mirror of its API).
+    #[arg(
+        long,
+        env = "HF_ENDPOINT",
+        value_name = "URL",
+        default_value = "https://huggingface.co"
+    )]
+    pub hf_endpoint: String,
+    /// Log format (logs go to stderr; stdout carries only progress lines).
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]

@@ -95,6 +95,7 @@ mod tests {
         let mine = OperatorDefaults {
             prometheus_address: None,
             endpoint_picker_image: Some("mirror.example/epp:v1".into()),
+            fetch_image: None,
         };
         let out = render_with(&yaml, "ml", &mine).expect("renders");
         assert!(out.contains("image: mirror.example/epp:v1"), "{out}");
@@ -164,6 +165,7 @@ mod tests {
         let defaults = OperatorDefaults {
             prometheus_address: Some("http://prom:9090".into()),
             endpoint_picker_image: None,
+            fetch_image: None,
         };
         let out = render_with(KEDA, "ml", &defaults).expect("renders");
         assert!(out.contains("kind: ScaledObject"), "{out}");

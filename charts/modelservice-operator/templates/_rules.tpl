@@ -87,6 +87,18 @@ watchNamespace). Included by templates/rbac.yaml.
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Child PersistentVolumeClaim: the weights cache, with a downloaded model.source
+# (hf://, http(s)://); deleted when model.source is removed or becomes a pvc://
+# path.
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Child Job: downloads a model.source into the weights cache, once per source,
+# with the operator's own image; the previous source's Job is deleted once the
+# pods no longer read it.
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Read-only: diagnose why pods do not serve (InsufficientGPU, ImagePullFailed,
 # ...), from one watch of the pods labelled managed-by modelservice-operator.
 # Get: the endpoint pickers' Role (route.backend InferencePool) grants get, list

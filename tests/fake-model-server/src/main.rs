@@ -22,6 +22,24 @@ fn log(message: impl std::fmt::Display) {
     println!("fake-model-server: {message}");
 }
 
+/// Files and bytes under `dir`, every byte read.
+fn weights_on_disk(dir: &std::path::Path) -> std::io::Result<(u64, u64)> {
+    let (mut files, mut bytes) = (0, 0);
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            let (f, b) = weights_on_disk(&path)?;
+            files += f;
+            bytes += b;
+        } else {
+            let mut file = std::fs::File::open(&path)?;
+            bytes += std::io::copy(&mut file, &mut std::io::sink())?;
+            files += 1;
+        }
+    }
+    Ok((files, bytes))
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
@@ -61,6 +79,23 @@ async fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // A model given as a path is read whole, as a real server loads its
+    // weights: a pod whose volume lacks them fails here, visibly.
+    if launch.model.starts_with('/') {
+        match weights_on_disk(std::path::Path::new(&launch.model)) {
+            Ok((files, bytes)) if files > 0 => {
+                log(format_args!("read {files} file(s), {bytes} bytes, from {}", launch.model))
+            }
+            Ok(_) => {
+                eprintln!("fake-model-server: no model files in {}", launch.model);
+                return ExitCode::from(1);
+            }
+            Err(e) => {
+                eprintln!("fake-model-server: cannot read the model at {}: {e}", launch.model);
+                return ExitCode::from(1);
+            }
+        }
+    }
     log(format_args!("loading the model ({:?})", knobs.load));
     tokio::select! {
         _ = tokio::time::sleep(knobs.load) => {}

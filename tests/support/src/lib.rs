@@ -35,8 +35,10 @@ mod status;
 mod store;
 mod validate;
 mod watch;
+pub mod weights_server;
 
 pub use counts::{RequestCounts, Verb};
+pub use http::LOG_ANNOTATION;
 pub use faults::FailRule;
 pub use resources::{
     Converter, NameRule, ResourceInfo, ScalePaths, SelectorSource, default_resources,

@@ -359,6 +359,11 @@ pub fn default_resources() -> Vec<ResourceInfo> {
                 "status.podIP",
             ]),
         ResourceInfo::new("", "v1", "configmaps", "ConfigMap"),
+        // The weights cache and its download (no Job controller: tests play it).
+        ResourceInfo::new("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim").with_status(),
+        ResourceInfo::new("batch", "v1", "jobs", "Job")
+            .with_status()
+            .with_generation(),
         ResourceInfo::new("", "v1", "secrets", "Secret").with_field_selectors(&["type"]),
         ResourceInfo::new("", "v1", "serviceaccounts", "ServiceAccount"),
         ResourceInfo::new("", "v1", "events", "Event")

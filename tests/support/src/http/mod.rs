@@ -205,6 +205,9 @@ async fn handle(
     }
 }
 
+/// The pod annotation the fake serves as that pod's log.
+pub const LOG_ANNOTATION: &str = "fake-apiserver.test/log";
+
 fn dispatch(
     shared: &Arc<Shared>,
     info: Arc<ResourceInfo>,
@@ -220,6 +223,24 @@ fn dispatch(
         (Some(_), false) => return Ok(page_not_found()),
         (None, true) if !matches!(verb, Verb::List | Verb::Watch) => return Ok(page_not_found()),
         _ => {}
+    }
+    // A pod's log: the fake runs no container, so a test writes what the
+    // container would print in the pod's `LOG_ANNOTATION`.
+    if t.subresource.as_deref() == Some("log") && info.plural == "pods" && info.group.is_empty() {
+        if verb != Verb::Get {
+            return Err(ApiError::method_not_allowed());
+        }
+        let ctx = Ctx::new(info.clone(), t.namespace.as_deref().unwrap_or_default(), Sub::Main, "");
+        let obj = read::get(&shared.lock(), &ctx, t.name.as_deref().unwrap_or_default())?;
+        let text = obj["metadata"]["annotations"][LOG_ANNOTATION]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        return Ok(Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "text/plain")
+            .body(axum::body::Body::from(text))
+            .unwrap_or_default());
     }
     let sub = match t.subresource.as_deref() {
         None => Sub::Main,

@@ -1,0 +1,343 @@
+//! The weights cache: the claim a downloaded source is kept in, the Job
+//! that fills it, and how the serving pods read it.
+//!
+//! The cache belongs to one ModelService (see docs/weights.md for why not a
+//! shared resource): its claim `<name>-weights` holds one directory per
+//! source (`model_source::Source::key`), so a new revision downloads beside
+//! the one that serves. The Job is named after the source, so a source is
+//! fetched by exactly one Job, and a Job never has to change (a Job's pod
+//! template cannot).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::{
+    Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule,
+};
+use k8s_openapi::api::core::v1::{
+    Container, EnvFromSource, EnvVar, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, ResourceRequirements,
+    SecretEnvSource, SecurityContext, Volume, VolumeMount, VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+use super::{Prior, ValidSpec};
+use super::labels::{INSTANCE_LABEL, NAME_LABEL, child_meta};
+use super::model_source::{self, Source};
+use crate::api::CacheAccessMode;
+
+/// Where the serving pods see the weights (read-only).
+pub const MOUNT_PATH: &str = "/models";
+/// Where the fetch Job sees the cache (read-write).
+pub const CACHE_PATH: &str = "/cache";
+/// The pod volume of the weights, in serving and fetch pods alike.
+pub const VOLUME: &str = "model-weights";
+/// On the pod template: the source its pods read, so that the next
+/// reconcile knows what serves while a new source downloads.
+pub const SERVED_ANNOTATION: &str = "modelservice.dev/weights-source";
+/// The Job's container.
+pub const FETCH_CONTAINER: &str = "fetch";
+/// What `fetch` exits with when the claim is too small: the Job fails at
+/// once (a retry would fail the same way), see `fetch::outcome`.
+pub const EXIT_VOLUME_TOO_SMALL: i32 = 3;
+/// What `fetch` exits with when the source refuses it (401, 403, 404).
+pub const EXIT_PERMANENT: i32 = 4;
+/// Pod restarts the Job allows for transient failures (each resumes).
+pub const BACKOFF_LIMIT: i32 = 6;
+/// The `app.kubernetes.io/name` of fetch pods.
+pub const FETCH_APP: &str = "modelservice-fetch";
+/// The default image of the Job: this operator's own release.
+pub const DEFAULT_FETCH_IMAGE: &str = concat!(
+    "ghcr.io/modelservice/modelservice-operator:",
+    env!("CARGO_PKG_VERSION")
+);
+
+/// The claim a downloaded source is kept in.
+pub fn claim_name(name: &str) -> String {
+    format!("{name}-weights")
+}
+
+/// The Job that fetches `source`: one per source.
+pub fn job_name(name: &str, source: &Source) -> String {
+    format!("{name}-fetch-{}", source.short_hash())
+}
+
+/// What `<name>-fetch-<8 hex>` adds to the name: a Job's name is also a
+/// label value of its pods, at most 63 characters.
+pub const JOB_SUFFIX_LEN: usize = "-fetch-".len() + 8;
+
+/// What the serving pods read: a claim, and the model's directory in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Served {
+    /// The source URI, as the pod template's annotation keeps it.
+    pub uri: String,
+    /// The claim mounted at [`MOUNT_PATH`].
+    pub claim: String,
+    /// The model's directory as the server sees it.
+    pub path: String,
+}
+
+/// What pods of `name` read for the source `uri`; `None` if it does not parse.
+pub fn served(name: &str, uri: &str) -> Option<Served> {
+    let source = model_source::parse(uri).ok()?;
+    Some(match &source {
+        Source::Claim { claim, path } => Served {
+            uri: uri.to_string(),
+            claim: claim.clone(),
+            path: if path.is_empty() {
+                MOUNT_PATH.to_string()
+            } else {
+                format!("{MOUNT_PATH}/{path}")
+            },
+        },
+        _ => Served {
+            uri: uri.to_string(),
+            claim: claim_name(name),
+            path: format!("{MOUNT_PATH}/{}", source.key()),
+        },
+    })
+}
+
+/// The spec's source when it is downloaded (not a pvc:// path).
+pub fn downloaded(v: &ValidSpec) -> Option<Source> {
+    let uri = &v.spec.model.source.as_ref()?.uri;
+    model_source::parse(uri).ok().filter(Source::downloads)
+}
+
+/// What the serving pods should read now: `Some(served)` says to build the
+/// workload with `served` (the spec's source once it is in the cache, or
+/// what already serves while it downloads: pods never roll onto missing
+/// weights), `None` that no workload may exist yet.
+pub fn serving_now(v: &ValidSpec, prior: &Prior) -> Option<Option<Served>> {
+    let Some(source) = v.spec.model.source.as_ref() else {
+        return Some(v.served.clone());
+    };
+    if downloaded(v).is_none() || prior.weights.complete {
+        return Some(v.served.clone());
+    }
+    match &prior.weights.serving {
+        Some(uri) if *uri == source.uri => Some(v.served.clone()),
+        Some(uri) => Some(served(&v.name, uri)),
+        // Pods that read no cache (the server fetched model.name itself)
+        // keep serving the way they did.
+        None if prior.stable_template.is_some() => Some(None),
+        None => None,
+    }
+}
+
+/// What a claim keeps from its creation: its class and access modes cannot
+/// change, and its size cannot shrink. The desired claim takes them from
+/// the `current` spec, so that an edit of them is not an apply the API
+/// server refuses on every reconcile (docs/weights.md says how to change
+/// them).
+pub fn keep_immutable(desired: &mut PersistentVolumeClaim, current: Option<&serde_json::Value>) {
+    let (Some(spec), Some(current)) = (desired.spec.as_mut(), current) else {
+        return;
+    };
+    if let Some(class) = current.get("storageClassName").and_then(|c| c.as_str()) {
+        spec.storage_class_name = Some(class.to_string());
+    }
+    if let Some(modes) = current.get("accessModes").and_then(|m| m.as_array()) {
+        spec.access_modes = Some(
+            modes
+                .iter()
+                .filter_map(|m| m.as_str().map(str::to_string))
+                .collect(),
+        );
+    }
+    let size = |v: Option<&Quantity>| v.and_then(|q| super::quantity::bytes(&q.0));
+    let current_size = current
+        .pointer("/resources/requests/storage")
+        .and_then(|q| q.as_str())
+        .map(|q| Quantity(q.to_string()));
+    if let Some(requests) = spec
+        .resources
+        .as_mut()
+        .and_then(|r| r.requests.as_mut())
+        && size(current_size.as_ref()) > size(requests.get("storage"))
+        && let Some(q) = current_size
+    {
+        requests.insert("storage".to_string(), q);
+    }
+}
+
+/// The read-only volume and mount of the serving pods.
+pub fn mount(served: &Served) -> (Volume, VolumeMount) {
+    (
+        Volume {
+            name: VOLUME.into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: served.claim.clone(),
+                read_only: Some(true),
+            }),
+            ..Volume::default()
+        },
+        VolumeMount {
+            name: VOLUME.into(),
+            mount_path: MOUNT_PATH.into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        },
+    )
+}
+
+/// The claim of a downloaded source, with the spec's size, class and mode.
+pub fn claim(v: &ValidSpec, owner: Option<&OwnerReference>) -> Option<PersistentVolumeClaim> {
+    downloaded(v)?;
+    let cache = v.spec.model.cache.as_ref()?;
+    let mut metadata = child_meta(v, owner);
+    metadata.name = Some(claim_name(&v.name));
+    let mode = match cache.access_mode.unwrap_or_default() {
+        CacheAccessMode::ReadWriteOnce => "ReadWriteOnce",
+        CacheAccessMode::ReadWriteMany => "ReadWriteMany",
+    };
+    Some(PersistentVolumeClaim {
+        metadata,
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec![mode.into()]),
+            storage_class_name: cache.storage_class_name.clone(),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([("storage".to_string(), cache.size.clone())])),
+                ..VolumeResourceRequirements::default()
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        status: None,
+    })
+}
+
+/// The Job that fetches the spec's source into the claim. `keep` is the
+/// source the pods read now: its directory survives the new download's
+/// clean-up of older ones.
+///
+/// It runs where the serving pods run (their node selector and
+/// tolerations): a ReadWriteOnce claim, or a node-local volume, is then on
+/// the node that will read it. It gets no ServiceAccount token (it talks to
+/// the source, never to the API server) and the credentials Secret as its
+/// environment only. A claim that is too small, or a source that refuses
+/// the request, fails the Job at once; anything else is retried by the Job
+/// controller, and every retry resumes.
+pub fn job(
+    v: &ValidSpec,
+    owner: Option<&OwnerReference>,
+    keep: Option<&Served>,
+    image: &str,
+) -> Option<Job> {
+    let source = downloaded(v)?;
+    let spec_source = v.spec.model.source.as_ref()?;
+    let capacity = v
+        .spec
+        .model
+        .cache
+        .as_ref()
+        .and_then(|c| super::quantity::bytes(&c.size.0))?;
+    let mut metadata = child_meta(v, owner);
+    metadata.name = Some(job_name(&v.name, &source));
+    let mut args = vec![
+        "fetch".to_string(),
+        "--source".into(),
+        spec_source.uri.clone(),
+        "--dest".into(),
+        CACHE_PATH.into(),
+        "--key".into(),
+        source.key(),
+        "--capacity".into(),
+        capacity.to_string(),
+    ];
+    if let Some(keep) = keep.and_then(|s| model_source::parse(&s.uri).ok()) {
+        args.extend(["--keep".into(), keep.key()]);
+    }
+    // Not the serving pods' labels: the Service and the Deployment's
+    // selector must never pick up a fetch pod, and the operator's pod
+    // cache (managed-by) keeps serving pods only.
+    let labels = BTreeMap::from([
+        (NAME_LABEL.to_string(), FETCH_APP.to_string()),
+        (INSTANCE_LABEL.to_string(), v.name.clone()),
+    ]);
+    let spec = &v.spec;
+    Some(Job {
+        metadata,
+        spec: Some(JobSpec {
+            backoff_limit: Some(BACKOFF_LIMIT),
+            pod_failure_policy: Some(PodFailurePolicy {
+                rules: vec![PodFailurePolicyRule {
+                    action: "FailJob".into(),
+                    on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
+                        container_name: Some(FETCH_CONTAINER.into()),
+                        operator: "In".into(),
+                        values: vec![EXIT_VOLUME_TOO_SMALL, EXIT_PERMANENT],
+                    }),
+                    on_pod_conditions: None,
+                }],
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".into()),
+                    automount_service_account_token: Some(false),
+                    node_selector: (!spec.scheduling.node_selector.is_empty())
+                        .then(|| spec.scheduling.node_selector.clone()),
+                    tolerations: (!spec.scheduling.tolerations.is_empty())
+                        .then(|| spec.scheduling.tolerations.clone()),
+                    containers: vec![Container {
+                        name: FETCH_CONTAINER.into(),
+                        image: Some(image.to_string()),
+                        image_pull_policy: Some("IfNotPresent".into()),
+                        args: Some(args),
+                        env: Some(vec![EnvVar {
+                            name: "RUST_LOG".into(),
+                            value: Some("info".into()),
+                            value_from: None,
+                        }]),
+                        env_from: spec_source.credentials_secret.as_ref().map(|s| {
+                            vec![EnvFromSource {
+                                secret_ref: Some(SecretEnvSource {
+                                    name: s.clone(),
+                                    optional: Some(false),
+                                }),
+                                ..EnvFromSource::default()
+                            }]
+                        }),
+                        volume_mounts: Some(vec![VolumeMount {
+                            name: VOLUME.into(),
+                            mount_path: CACHE_PATH.into(),
+                            ..VolumeMount::default()
+                        }]),
+                        resources: Some(ResourceRequirements {
+                            requests: Some(BTreeMap::from([
+                                ("cpu".to_string(), Quantity("250m".into())),
+                                ("memory".to_string(), Quantity("128Mi".into())),
+                            ])),
+                            limits: Some(BTreeMap::from([(
+                                "memory".to_string(),
+                                Quantity("512Mi".into()),
+                            )])),
+                            ..ResourceRequirements::default()
+                        }),
+                        security_context: Some(SecurityContext {
+                            allow_privilege_escalation: Some(false),
+                            read_only_root_filesystem: Some(true),
+                            ..SecurityContext::default()
+                        }),
+                        termination_message_policy: Some("FallbackToLogsOnError".into()),
+                        ..Container::default()
+                    }],
+                    volumes: Some(vec![Volume {
+                        name: VOLUME.into(),
+                        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                            claim_name: claim_name(&v.name),
+                            read_only: None,
+                        }),
+                        ..Volume::default()
+                    }]),
+                    ..PodSpec::default()
+                }),
+            },
+            ..JobSpec::default()
+        }),
+        status: None,
+    })
+}
