@@ -14,7 +14,7 @@ use k8s_openapi::api::batch::v1::{
     Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule,
 };
 use k8s_openapi::api::core::v1::{
-    Container, EnvFromSource, EnvVar, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    Capabilities, Container, PodSecurityContext, SeccompProfile, EnvFromSource, EnvVar, PersistentVolumeClaim, PersistentVolumeClaimSpec,
     PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, ResourceRequirements,
     SecretEnvSource, SecurityContext, Volume, VolumeMount, VolumeResourceRequirements,
 };
@@ -44,6 +44,9 @@ pub const EXIT_VOLUME_TOO_SMALL: i32 = 3;
 pub const EXIT_PERMANENT: i32 = 4;
 /// Pod restarts the Job allows for transient failures (each resumes).
 pub const BACKOFF_LIMIT: i32 = 6;
+/// The user the fetch pods run as: the release image's (distroless's
+/// `nonroot`), so the Job passes the restricted Pod Security profile.
+pub const FETCH_UID: i64 = 65532;
 /// The `app.kubernetes.io/name` of fetch pods.
 pub const FETCH_APP: &str = "modelservice-fetch";
 /// The default image of the Job: this operator's own release.
@@ -278,6 +281,20 @@ pub fn job(
                 spec: Some(PodSpec {
                     restart_policy: Some("Never".into()),
                     automount_service_account_token: Some(false),
+                    // The release image's user (distroless nonroot); the
+                    // claim is made writable for it through fsGroup, and
+                    // the files it writes are readable by any server.
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        run_as_user: Some(FETCH_UID),
+                        run_as_group: Some(FETCH_UID),
+                        fs_group: Some(FETCH_UID),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".into(),
+                            localhost_profile: None,
+                        }),
+                        ..PodSecurityContext::default()
+                    }),
                     node_selector: (!spec.scheduling.node_selector.is_empty())
                         .then(|| spec.scheduling.node_selector.clone()),
                     tolerations: (!spec.scheduling.tolerations.is_empty())
@@ -320,6 +337,10 @@ pub fn job(
                         security_context: Some(SecurityContext {
                             allow_privilege_escalation: Some(false),
                             read_only_root_filesystem: Some(true),
+                            capabilities: Some(Capabilities {
+                                drop: Some(vec!["ALL".into()]),
+                                add: None,
+                            }),
                             ..SecurityContext::default()
                         }),
                         termination_message_policy: Some("FallbackToLogsOnError".into()),

@@ -57,7 +57,12 @@ pub(crate) async fn fetch(
     tracker: &Tracker,
     delays: &[std::time::Duration],
 ) -> Result<(), Failure> {
-    if matches!(on_disk(dir, file), OnDisk::Complete(_)) {
+    if let OnDisk::Complete(len) = on_disk(dir, file) {
+        // An HTTP file listed without a size: its earlier run's file tells it.
+        if file.size.is_none() {
+            file.size = Some(len);
+            tracker.add_total(len);
+        }
         return Ok(());
     }
     let mut retries = Retries::new(delays);

@@ -39,6 +39,7 @@ pub enum Command {
     /// Convert ModelService manifests offline between API versions (other documents pass through).
     Convert(ConvertArgs),
     /// Download a model's weights into the cache volume (the operator's download Job runs this).
+    ///
     /// Tokens come from the environment only (HF_TOKEN, BEARER_TOKEN), never from flags, which any
     /// process on the node can read.
     Fetch(FetchArgs),

@@ -32,3 +32,4 @@ mod steady_state;
 mod surge;
 mod upgrade;
 mod versions;
+mod weights;

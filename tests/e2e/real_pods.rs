@@ -31,7 +31,7 @@ const PORT: u16 = 8000;
 const REAL_NODE_LABEL: &str = "realnode/real";
 
 /// Whether the pods run for real (the real node is up and its images loaded).
-fn real_node() -> bool {
+pub(crate) fn real_node() -> bool {
     real_cluster() && std::env::var("MODELSERVICE_E2E_REAL_NODE").is_ok_and(|v| v == "1")
 }
 

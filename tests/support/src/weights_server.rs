@@ -385,21 +385,10 @@ fn tree(s: &Shared, org: &str, name: &str, rev: &str, query: &str) -> Response {
     let mut entries = Vec::new();
     let mut dirs = std::collections::BTreeSet::new();
     for (path, _) in files {
-        let mut dir = String::new();
-        for seg in path
-            .split('/')
-            .rev()
-            .skip(1)
-            .collect::<Vec<_>>()
-            .iter()
-            .rev()
-        {
-            dir = if dir.is_empty() {
-                seg.to_string()
-            } else {
-                format!("{dir}/{seg}")
-            };
-            if dirs.insert(dir.clone()) {
+        // Every parent of the file: "a", "a/b" for "a/b/c.bin".
+        let parents = path.match_indices('/').map(|(i, _)| &path[..i]);
+        for dir in parents {
+            if dirs.insert(dir.to_string()) {
                 entries.push(serde_json::json!({"type": "directory", "path": dir, "size": 0}));
             }
         }

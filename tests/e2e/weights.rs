@@ -1,0 +1,574 @@
+//! The weights cache (issue 30): a pinned `model.source` is downloaded once
+//! into the claim `<name>-weights` by a Job, status shows the download's
+//! progress, the pods start only from complete weights, and a new revision
+//! downloads beside the one that keeps serving.
+//!
+//! Who plays the Job:
+//! - on the real node (`MODELSERVICE_E2E_REAL_NODE=1`) nobody: the Job runs
+//!   the operator's own image (`tests/real-node/load-images`) against a
+//!   fake Hugging Face hub in this process (`fake_apiserver::weights_server`),
+//!   writes a hostPath volume, and the fake model server reads the weights
+//!   from it;
+//! - on the fake API server the test: it makes the Job's pod, writes its
+//!   log (what `fetch` prints) and its end, and the Job's status;
+//! - on podsim, where containers never run, the test writes the Job's
+//!   status; its pod shows no log, so progress is not looked at there.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use fake_apiserver::LOG_ANNOTATION;
+use fake_apiserver::weights_server::{Repo, WeightsServer};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Secret};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use modelservice_operator::api::ModelService;
+use modelservice_operator::core::labels::INSTANCE_LABEL;
+use serde_json::{Value, json};
+
+use crate::harness::{CONVERGE, Env, real_cluster, wait_for};
+use crate::observe::*;
+use crate::real_pods::real_node;
+
+const MODEL: &str = "acme/tiny-weights";
+const MIB: u64 = 1024 * 1024;
+/// The image `tests/real-node/load-images` makes of the operator binary.
+const OPERATOR_IMAGE: &str = "modelservice.dev/modelservice-operator:e2e";
+const REAL_NODE_LABEL: &str = "realnode/real";
+/// How long a real download of the test model may take (a few seconds at
+/// the throttled rate, plus pulls and binds).
+const DOWNLOAD: Duration = Duration::from_secs(120);
+
+fn source(revision: &str) -> String {
+    format!("hf://{MODEL}@{revision}")
+}
+
+/// The model both revisions serve: three files, a few hundred MB on the
+/// real node (`big`), a few MB elsewhere (nothing reads them there).
+fn repos(big: bool) -> Vec<Repo> {
+    let shard = if big { 120 * MIB } else { 2 * MIB };
+    ["rev1", "rev2"]
+        .iter()
+        .map(|rev| {
+            Repo::new(
+                MODEL,
+                rev,
+                &[
+                    ("config.json", 2048),
+                    ("model-00001-of-00002.safetensors", shard),
+                    ("model-00002-of-00002.safetensors", shard),
+                ],
+            )
+        })
+        .collect()
+}
+
+/// One test's world: the hub, the volume, the operator.
+struct World {
+    env: Env,
+    hub: WeightsServer,
+    /// The StorageClass name of this test's volume, which only its claim asks for.
+    class: String,
+    _op: crate::harness::Operator,
+}
+
+impl World {
+    async fn new(capacity: &str) -> World {
+        let env = Env::new().await;
+        let bind: SocketAddr = if real_node() {
+            ([0, 0, 0, 0], 0).into()
+        } else {
+            ([127, 0, 0, 1], 0).into()
+        };
+        let hub = WeightsServer::start(bind, repos(real_node()))
+            .await
+            .expect("the weights server");
+        let class = format!("weights-{}", env.namespace);
+        if real_cluster() {
+            volume(&env, &class, capacity).await;
+        }
+        // Where the fetch pods find the hub, as a mirror would be named:
+        // HF_ENDPOINT, from the credentials Secret.
+        let endpoint = if real_node() {
+            let port = hub.url().rsplit(':').next().unwrap_or_default().to_string();
+            format!("http://{}:{port}", node_ip(&env).await)
+        } else {
+            hub.url()
+        };
+        let secret: Secret = serde_json::from_value(json!({"metadata": {"name": "hub"},
+            "stringData": {"HF_ENDPOINT": endpoint, "HF_TOKEN": "hf_e2e"}}))
+        .expect("a Secret");
+        env.api::<Secret>()
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("the Secret");
+        let op = env
+            .operator()
+            .arg(format!("--fetch-image={OPERATOR_IMAGE}"))
+            .start();
+        World {
+            env,
+            hub,
+            class,
+            _op: op,
+        }
+    }
+
+    fn spec(&self, revision: &str, size: &str) -> Value {
+        let image = if real_node() {
+            "modelservice.dev/fake-model-server:vllm".to_string()
+        } else {
+            serving_image()
+        };
+        let mut s = json!({
+            "model": {"name": MODEL,
+                "source": {"uri": source(revision), "credentialsSecret": "hub"},
+                "cache": {"size": size, "storageClassName": self.class}},
+            "runtime": {"image": image, "preset": "vllm"},
+            "resources": {"gpus": 0}, "replicas": 1});
+        if real_node() {
+            s["scheduling"] = json!({"nodeSelector": {REAL_NODE_LABEL: "true"},
+                "tolerations": [{"key": REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}]});
+        }
+        s
+    }
+
+    async fn finish(self) {
+        if real_cluster() {
+            let _ = Api::<PersistentVolume>::all(self.env.client.clone())
+                .delete(&self.class, &DeleteParams::default())
+                .await;
+            if real_node() {
+                let _ = std::fs::remove_dir_all(host_dir(&self.class));
+            }
+        }
+        self.env.finish().await;
+    }
+}
+
+/// A hostPath volume of `capacity` that only this test's claim binds.
+async fn volume(env: &Env, class: &str, capacity: &str) {
+    if real_node() {
+        // The fetch pods run as a non-root user, and fsGroup does not
+        // reach a hostPath volume: the directory is open to them.
+        use std::os::unix::fs::PermissionsExt;
+        let dir = host_dir(class);
+        std::fs::create_dir_all(&dir).expect("the volume's directory");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
+            .expect("open to the fetch user");
+    }
+    let pv: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": class},
+        "spec": {"capacity": {"storage": capacity}, "accessModes": ["ReadWriteOnce"],
+            "storageClassName": class, "persistentVolumeReclaimPolicy": "Retain",
+            "hostPath": {"path": host_dir(class), "type": "DirectoryOrCreate"}}}))
+    .expect("a PersistentVolume");
+    Api::<PersistentVolume>::all(env.client.clone())
+        .create(&PostParams::default(), &pv)
+        .await
+        .expect("the PersistentVolume");
+}
+
+fn host_dir(class: &str) -> String {
+    format!("/tmp/ms-e2e-weights/{class}")
+}
+
+async fn node_ip(env: &Env) -> String {
+    let node = Api::<k8s_openapi::api::core::v1::Node>::all(env.client.clone())
+        .get("realnode-0")
+        .await
+        .expect("the real node");
+    node.status
+        .and_then(|s| s.addresses)
+        .into_iter()
+        .flatten()
+        .find(|a| a.type_ == "InternalIP")
+        .map(|a| a.address)
+        .expect("the node's InternalIP")
+}
+
+/// The download Jobs of `name`.
+async fn jobs_of(env: &Env, name: &str) -> Vec<Job> {
+    env.api::<Job>()
+        .list(&ListParams::default().labels(&format!("{INSTANCE_LABEL}={name}")))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+}
+
+async fn the_job(env: &Env, name: &str, revision: &str) -> Job {
+    let uri = source(revision);
+    wait_for(&format!("the download Job of {uri}"), CONVERGE, || async {
+        jobs_of(env, name).await.into_iter().find(|j| {
+            serde_json::to_string(&j.spec).is_ok_and(|s| s.contains(&uri))
+        })
+    })
+    .await
+}
+
+fn job_name(j: &Job) -> String {
+    j.metadata.name.clone().unwrap_or_default()
+}
+
+fn weights(ms: &ModelService) -> Value {
+    serde_json::to_value(ms.status.as_ref().and_then(|s| s.model.as_ref())).unwrap_or_default()
+}
+
+fn ready(ms: &ModelService) -> (String, String) {
+    condition(ms, "Ready").unwrap_or_default()
+}
+
+/// Plays the Job's pod on the fake: running, with `log` as what it printed.
+async fn play_pod(env: &Env, job: &str, log: &str) {
+    let pods = env.api::<Pod>();
+    let name = format!("{job}-play");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name,
+            "labels": {"batch.kubernetes.io/job-name": job, "job-name": job},
+            "annotations": {LOG_ANNOTATION: log}},
+        "spec": {"restartPolicy": "Never",
+            "containers": [{"name": "fetch", "image": OPERATOR_IMAGE}]}}))
+    .expect("a pod");
+    if pods.get_opt(&name).await.ok().flatten().is_none() {
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("the Job's pod");
+    } else {
+        pods.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {LOG_ANNOTATION: log}}})),
+        )
+        .await
+        .expect("its log");
+    }
+    pods.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Running"}})),
+    )
+    .await
+    .expect("running");
+}
+
+/// Plays the end of the Job: its pod's termination message (on the fake)
+/// and the Job's conditions, as the Job controller writes them.
+async fn play_end(env: &Env, job: &str, outcome: Value, failed: bool) {
+    if !real_cluster() {
+        play_pod(env, job, "").await;
+        let terminated = json!({"exitCode": if failed { 3 } else { 0 },
+            "reason": if failed { "Error" } else { "Completed" },
+            "message": outcome.to_string()});
+        env.api::<Pod>()
+            .patch_status(
+                &format!("{job}-play"),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"phase": if failed { "Failed" } else { "Succeeded" },
+                    "containerStatuses": [{"name": "fetch", "image": OPERATOR_IMAGE, "imageID": "",
+                        "ready": false, "restartCount": 0, "state": {"terminated": terminated}}]}})),
+            )
+            .await
+            .expect("the pod's end");
+    }
+    if real_cluster() {
+        // What the Job controller writes first, which the end must keep.
+        wait_for("the Job started", CONVERGE, || async {
+            let j = env.api::<Job>().get(job).await.ok()?;
+            j.status?.start_time.map(|_| ())
+        })
+        .await;
+    }
+    // Seconds, as the API server's times are.
+    let now = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let conditions = if failed {
+        json!([{"type": "FailureTarget", "status": "True", "reason": "PodFailurePolicy", "lastTransitionTime": now},
+               {"type": "Failed", "status": "True", "reason": "PodFailurePolicy", "lastTransitionTime": now}])
+    } else {
+        json!([{"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": now},
+               {"type": "Complete", "status": "True", "lastTransitionTime": now}])
+    };
+    let mut status = json!({"active": 0, "ready": 0, "conditions": conditions});
+    if !real_cluster() {
+        status["startTime"] = json!(now);
+    }
+    if failed {
+        status["failed"] = json!(1);
+    } else {
+        status["succeeded"] = json!(1);
+        status["completionTime"] = json!(now);
+    }
+    env.api::<Job>()
+        .patch_status(job, &PatchParams::default(), &Patch::Merge(json!({"status": status})))
+        .await
+        .expect("the Job's status");
+}
+
+/// Waits until `revision`'s download is complete: for real on the real
+/// node, played elsewhere.
+async fn download(w: &World, name: &str, revision: &str) {
+    let job = the_job(&w.env, name, revision).await;
+    if !real_node() {
+        let total = 2048 + 4 * MIB;
+        play_end(
+            &w.env,
+            &job_name(&job),
+            json!({"result": "Complete", "totalBytes": total, "files": 3, "downloadedBytes": total}),
+            false,
+        )
+        .await;
+    }
+    wait_for(&format!("{revision} in the cache"), DOWNLOAD, || async {
+        let ms = get_ms(&w.env, name).await?;
+        (weights(&ms)["phase"] == "Complete" && weights(&ms)["source"] == source(revision))
+            .then_some(())
+    })
+    .await;
+}
+
+fn template_source(d: &k8s_openapi::api::apps::v1::Deployment) -> Option<String> {
+    d.spec
+        .template
+        .metadata
+        .as_ref()?
+        .annotations
+        .as_ref()?
+        .get("modelservice.dev/weights-source")
+        .cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_is_downloaded_once_and_every_pod_starts_from_it() {
+    let w = World::new("1Gi").await;
+    let (env, name) = (&w.env, "cached");
+    if real_node() {
+        // Slow enough to watch: about 10 s for the model.
+        w.hub.set_rate_limit(24 * MIB);
+    }
+    env.apply_ms_v1beta1(name, w.spec("rev1", "1Gi")).await;
+
+    // The claim and the Job; no pods until the weights are in.
+    let claim = wait_for("the weights claim", CONVERGE, || async {
+        env.api::<PersistentVolumeClaim>()
+            .get_opt(&format!("{name}-weights"))
+            .await
+            .ok()
+            .flatten()
+    })
+    .await;
+    let claim_spec = serde_json::to_value(&claim.spec).unwrap_or_default();
+    assert_eq!(claim_spec["resources"]["requests"]["storage"], "1Gi");
+    assert_eq!(claim_spec["accessModes"], json!(["ReadWriteOnce"]));
+    let job = the_job(env, name, "rev1").await;
+    let pod_spec = serde_json::to_value(&job.spec).unwrap_or_default()["template"]["spec"].clone();
+    let c = &pod_spec["containers"][0];
+    assert_eq!(c["image"], OPERATOR_IMAGE);
+    assert_eq!(c["args"][0], "fetch");
+    assert_eq!(c["envFrom"][0]["secretRef"]["name"], "hub");
+    assert_eq!(pod_spec["automountServiceAccountToken"], false);
+    let ms = wait_ms(env, name, "DownloadingWeights", CONVERGE, |ms| {
+        ready(ms) == ("False".into(), "DownloadingWeights".into())
+    })
+    .await;
+    assert!(deployment(env, name).await.is_none(), "no pods before the weights");
+    assert!(message(&ms, "Ready").contains("the pods start once it is complete"));
+
+    // Progress, with a rate and a time left, in status.model and in Ready.
+    if real_node() || !real_cluster() {
+        if !real_cluster() {
+            let line = json!({"progress": {"doneBytes": 2 * MIB, "totalBytes": 4 * MIB,
+                "bytesPerSecond": MIB, "files": 1, "totalFiles": 3}});
+            play_pod(env, &job_name(&job), &format!("{line}\n")).await;
+        }
+        let ms = wait_for("the download's progress", DOWNLOAD, || async {
+            let ms = get_ms(env, name).await?;
+            let m = weights(&ms);
+            (m["phase"] == "Downloading"
+                && m["doneBytes"].as_u64().unwrap_or(0) > 0
+                && m["etaSeconds"].is_u64())
+            .then_some(ms)
+        })
+        .await;
+        let m = weights(&ms);
+        let progress = m["progress"].as_str().unwrap_or_default().to_string();
+        assert!(progress.contains("% of ") && progress.contains("/s, "), "{m}");
+        assert!(message(&ms, "Ready").contains(&progress), "{}", message(&ms, "Ready"));
+    }
+
+    download(&w, name, "rev1").await;
+    let ms = wait_ready(env, name).await;
+    assert_eq!(weights(&ms)["serving"], source("rev1"));
+    let d = deployment(env, name).await.expect("the Deployment");
+    let pod = serde_json::to_value(&d.spec).unwrap_or_default()["template"]["spec"].clone();
+    assert_eq!(
+        pod["volumes"][0]["persistentVolumeClaim"],
+        json!({"claimName": format!("{name}-weights"), "readOnly": true})
+    );
+    let server = &pod["containers"][0];
+    assert_eq!(server["volumeMounts"][0]["mountPath"], "/models");
+    assert_eq!(server["volumeMounts"][0]["readOnly"], true);
+    let args: Vec<&str> = server["args"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    assert!(args[1].starts_with("/models/tiny-weights-rev1-"), "{args:?}");
+    assert!(args.windows(2).any(|w| w == ["--served-model-name", MODEL]), "{args:?}");
+    let served_bytes = w.hub.bytes_served();
+
+    // A second replica, then a restart of a pod: no download.
+    let mut two = w.spec("rev1", "1Gi");
+    two["replicas"] = json!(2);
+    env.apply_ms_v1beta1(name, two).await;
+    wait_ms(env, name, "two ready replicas", CONVERGE, |ms| {
+        ms.status.as_ref().and_then(|s| s.ready_replicas) == Some(2)
+    })
+    .await;
+    if real_node() {
+        let pods = env
+            .api::<Pod>()
+            .list(&ListParams::default().labels(&format!("{INSTANCE_LABEL}={name},app.kubernetes.io/name=modelservice")))
+            .await
+            .expect("pods");
+        let first = pods.items[0].metadata.name.clone().unwrap_or_default();
+        env.api::<Pod>()
+            .delete(&first, &DeleteParams::default())
+            .await
+            .expect("a restart");
+        wait_for("the restarted pod ready", CONVERGE, || async {
+            let ms = get_ms(env, name).await?;
+            let gone = env.api::<Pod>().get_opt(&first).await.ok()?.is_none();
+            (gone && ms.status.as_ref().and_then(|s| s.ready_replicas) == Some(2)).then_some(())
+        })
+        .await;
+    }
+    assert_eq!(w.hub.bytes_served(), served_bytes, "nothing downloaded again");
+    assert_eq!(jobs_of(env, name).await.len(), 1, "one download for the source");
+    w.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_revision_downloads_beside_the_one_that_keeps_serving() {
+    let w = World::new("1Gi").await;
+    let (env, name) = (&w.env, "revised");
+    env.apply_ms_v1beta1(name, w.spec("rev1", "1Gi")).await;
+    download(&w, name, "rev1").await;
+    wait_ready(env, name).await;
+
+    if real_node() {
+        w.hub.set_rate_limit(8 * MIB);
+    }
+    env.apply_ms_v1beta1(name, w.spec("rev2", "1Gi")).await;
+    let job = the_job(env, name, "rev2").await;
+    let ms = wait_for("rev2 downloading", CONVERGE, || async {
+        let ms = get_ms(env, name).await?;
+        (weights(&ms)["source"] == source("rev2") && ready(&ms).1 == "DownloadingWeights")
+            .then_some(ms)
+    })
+    .await;
+    assert!(
+        message(&ms, "Ready").contains("the previous weights keep serving"),
+        "{}",
+        message(&ms, "Ready")
+    );
+    assert_eq!(weights(&ms)["serving"], source("rev1"));
+    let d = deployment(env, name).await.expect("the Deployment");
+    assert_eq!(template_source(&d).as_deref(), Some(source("rev1").as_str()));
+    assert_eq!(
+        d.status.and_then(|s| s.ready_replicas),
+        Some(1),
+        "rev1 still serves"
+    );
+    assert_eq!(jobs_of(env, name).await.len(), 1, "rev1's Job is gone");
+
+    if real_node() {
+        w.hub.set_rate_limit(0);
+    }
+    download(&w, name, "rev2").await;
+    let ms = wait_for("rev2 serving", DOWNLOAD, || async {
+        let ms = get_ms(env, name).await?;
+        (ready(&ms).0 == "True" && weights(&ms)["serving"] == source("rev2")).then_some(ms)
+    })
+    .await;
+    let d = deployment(env, name).await.expect("the Deployment");
+    assert_eq!(template_source(&d).as_deref(), Some(source("rev2").as_str()));
+    assert_eq!(job_name(&jobs_of(env, name).await[0]), job_name(&job));
+    drop(ms);
+    w.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_too_small_for_the_model_is_named() {
+    if real_cluster() && !real_node() {
+        eprintln!("SKIPPED a_claim_too_small_for_the_model_is_named: podsim pods print no termination message");
+        return;
+    }
+    let w = World::new("16Mi").await;
+    let (env, name) = (&w.env, "small");
+    env.apply_ms_v1beta1(name, w.spec("rev1", "16Mi")).await;
+    let job = the_job(env, name, "rev1").await;
+    if !real_node() {
+        play_end(
+            env,
+            &job_name(&job),
+            json!({"result": "VolumeTooSmall", "neededBytes": 240 * MIB, "availableBytes": 16 * MIB,
+                "message": "the model needs 240.0 MiB (240.0 MiB left to download), the claim has 16.0 MiB free of 16.0 MiB"}),
+            true,
+        )
+        .await;
+    }
+    let ms = wait_for("the full claim named", DOWNLOAD, || async {
+        let ms = get_ms(env, name).await?;
+        let degraded = condition(&ms, "Degraded")?;
+        (degraded == ("True".into(), "WeightsVolumeTooSmall".into())).then_some(ms)
+    })
+    .await;
+    let m = message(&ms, "Degraded");
+    assert!(m.contains("needs 240.0 MiB") && m.contains("16.0 MiB free"), "{m}");
+    assert_eq!(ready(&ms).1, "WeightsVolumeTooSmall");
+    assert_eq!(weights(&ms)["phase"], "Failed");
+    assert!(deployment(env, name).await.is_none());
+    w.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_download_resumes_where_it_was() {
+    if !real_node() {
+        eprintln!("SKIPPED a_killed_download_resumes_where_it_was: it kills a real container");
+        return;
+    }
+    let w = World::new("1Gi").await;
+    let (env, name) = (&w.env, "resumed");
+    w.hub.set_rate_limit(16 * MIB);
+    env.apply_ms_v1beta1(name, w.spec("rev1", "1Gi")).await;
+    let job = job_name(&the_job(env, name, "rev1").await);
+    let total = 2048 + 240 * MIB;
+    // A third in, the pod is killed.
+    wait_for("a third downloaded", DOWNLOAD, || async {
+        let ms = get_ms(env, name).await?;
+        (weights(&ms)["doneBytes"].as_u64()? > total / 3).then_some(())
+    })
+    .await;
+    let pods = env.api::<Pod>();
+    let lp = ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}"));
+    for p in pods.list(&lp).await.expect("the Job's pods").items {
+        let n = p.metadata.name.unwrap_or_default();
+        pods.delete(&n, &DeleteParams::default().grace_period(0))
+            .await
+            .expect("killed");
+    }
+    w.hub.set_rate_limit(0);
+    download(&w, name, "rev1").await;
+    wait_ready(env, name).await;
+    let served = w.hub.bytes_served();
+    assert!(
+        served < total + total / 2,
+        "resumed, not restarted: {served} bytes served for a model of {total}"
+    );
+    assert!(
+        w.hub.requests().iter().any(|r| r.range.is_some()),
+        "a Range request resumed the file"
+    );
+    w.finish().await;
+}
