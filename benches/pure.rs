@@ -76,6 +76,7 @@ fn pure_path(c: &mut Criterion) {
                 route: None,
                 recreating: None,
                 groups: false,
+                weights: None,
             };
             black_box((unchanged, compute(ms.status.as_ref(), &o, &now)))
         })

@@ -264,6 +264,36 @@ fn parallelism() -> impl Strategy<Value = Option<api::Parallelism>> {
     )
 }
 
+/// `model.source` and `model.cache`, v1beta1-only: where the weights come
+/// from and the claim they are kept in.
+fn weights() -> impl Strategy<Value = (Option<api::ModelSource>, Option<api::ModelCache>)> {
+    let source = (
+        prop_oneof![
+            "hf://[a-z]{1,6}/[a-z0-9-]{1,8}@[0-9a-f]{7}",
+            "pvc://[a-z]{1,8}/[a-z]{0,8}",
+        ],
+        proptest::option::of("[a-z]{1,8}"),
+    )
+        .prop_map(|(uri, credentials_secret)| api::ModelSource {
+            uri,
+            credentials_secret,
+        });
+    let cache = (
+        prop_oneof![Just("1Gi"), Just("200Gi")],
+        proptest::option::of("[a-z]{1,8}"),
+        proptest::option::of(prop_oneof![
+            Just(api::CacheAccessMode::ReadWriteOnce),
+            Just(api::CacheAccessMode::ReadWriteMany)
+        ]),
+    )
+        .prop_map(|(size, storage_class_name, access_mode)| api::ModelCache {
+            size: k8s_openapi::apimachinery::pkg::api::resource::Quantity(size.to_string()),
+            storage_class_name,
+            access_mode,
+        });
+    (proptest::option::of(source), proptest::option::of(cache))
+}
+
 fn beta_spec() -> impl Strategy<Value = api::ModelServiceSpec> {
     (
         alpha_spec(),
@@ -271,56 +301,63 @@ fn beta_spec() -> impl Strategy<Value = api::ModelServiceSpec> {
         keda_fields(),
         version_strategy(),
         parallelism(),
+        weights(),
     )
-        .prop_map(|(a, preset, keda, (surge, canary, route), parallelism)| {
-            api::ModelServiceSpec {
-                parallelism,
-                model: api::Model {
-                    name: a.model,
-                    version: a.model_version,
-                },
-                runtime: api::Runtime {
-                    image: a.image,
-                    preset,
-                    args: a.args,
-                    env: a.env,
-                    port: a.port,
-                },
-                replicas: a.replicas,
-                resources: api::Resources {
-                    gpus: a.gpus,
-                    gpu_resource: a.gpu_resource,
-                    cpu: a.resources.as_ref().and_then(|r| r.cpu.clone()),
-                    memory: a.resources.and_then(|r| r.memory),
-                },
-                scheduling: api::Scheduling {
-                    node_selector: a.node_selector,
-                    tolerations: a.tolerations,
-                },
-                rollout: api::Rollout {
-                    strategy: a.strategy,
-                    surge,
-                    canary,
-                },
-                route,
-                autoscaling: a.autoscaling.map(|x| api::Autoscaling {
-                    engine: keda.0,
-                    // Scale to zero, with KEDA, in some cases.
-                    min_replicas: if keda.0 == Some(api::Engine::Keda) && x.min_replicas % 2 == 0 {
-                        0
-                    } else {
-                        x.min_replicas
+        .prop_map(
+            |(a, preset, keda, (surge, canary, route), parallelism, (source, cache))| {
+                api::ModelServiceSpec {
+                    parallelism,
+                    model: api::Model {
+                        name: a.model,
+                        version: a.model_version,
+                        source,
+                        cache,
                     },
-                    max_replicas: x.max_replicas,
-                    target_queue_length: x.target_queue_length,
-                    metric: x.metric,
-                    prometheus: keda.1.map(|address| api::PrometheusSource { address }),
-                    activation_queue_length: keda.2,
-                    cooldown_seconds: keda.3,
-                    polling_seconds: keda.4,
-                }),
-            }
-        })
+                    runtime: api::Runtime {
+                        image: a.image,
+                        preset,
+                        args: a.args,
+                        env: a.env,
+                        port: a.port,
+                    },
+                    replicas: a.replicas,
+                    resources: api::Resources {
+                        gpus: a.gpus,
+                        gpu_resource: a.gpu_resource,
+                        cpu: a.resources.as_ref().and_then(|r| r.cpu.clone()),
+                        memory: a.resources.and_then(|r| r.memory),
+                    },
+                    scheduling: api::Scheduling {
+                        node_selector: a.node_selector,
+                        tolerations: a.tolerations,
+                    },
+                    rollout: api::Rollout {
+                        strategy: a.strategy,
+                        surge,
+                        canary,
+                    },
+                    route,
+                    autoscaling: a.autoscaling.map(|x| api::Autoscaling {
+                        engine: keda.0,
+                        // Scale to zero, with KEDA, in some cases.
+                        min_replicas: if keda.0 == Some(api::Engine::Keda)
+                            && x.min_replicas % 2 == 0
+                        {
+                            0
+                        } else {
+                            x.min_replicas
+                        },
+                        max_replicas: x.max_replicas,
+                        target_queue_length: x.target_queue_length,
+                        metric: x.metric,
+                        prometheus: keda.1.map(|address| api::PrometheusSource { address }),
+                        activation_queue_length: keda.2,
+                        cooldown_seconds: keda.3,
+                        polling_seconds: keda.4,
+                    }),
+                }
+            },
+        )
 }
 
 fn object(api_version: &str, spec: Value, metadata: Value, status: Option<Value>) -> Value {
@@ -392,6 +429,8 @@ proptest! {
             || spec.rollout.canary.is_some()
             || spec.route.is_some()
             || spec.parallelism.is_some()
+            || spec.model.source.is_some()
+            || spec.model.cache.is_some()
             || spec.autoscaling.as_ref().is_some_and(|a| {
                 a.engine.is_some()
                     || a.prometheus.is_some()

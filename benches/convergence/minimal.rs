@@ -195,6 +195,7 @@ pub async fn patch_status(client: &Client, ns: &str, ms: &ModelService) {
         route: None,
         recreating: None,
         groups: false,
+        weights: None,
     };
     let status = compute(
         None,

@@ -25,11 +25,12 @@ pub use crd::{
 };
 pub use defaults::{DEFAULT_GPU_RESOURCE, DEFAULT_METRIC, DEFAULT_PORT};
 pub use status::{
-    AutoscalerStatus, ModelServiceStatus, ModelWeightsStatus, PoolStatus, RouteParentStatus, RouteStatus, TrackStatus,
-    TracksStatus, condition_types,
+    AutoscalerStatus, ModelServiceStatus, ModelWeightsStatus, PoolStatus, RouteParentStatus,
+    RouteStatus, TrackStatus, TracksStatus, condition_types,
 };
 pub use v1beta1::{
-    Autoscaling, Canary, CanaryModel, CanaryRuntime, Engine, FailureMode, InferencePoolOptions,
-    CacheAccessMode, Model, ModelCache, ModelService, ModelServiceSpec, ModelSource, Parallelism, ParentReference, Preset, PrometheusSource,
-    Resources, Rollout, RolloutStrategy, Route, RouteBackend, Runtime, Scheduling, Surge,
+    Autoscaling, CacheAccessMode, Canary, CanaryModel, CanaryRuntime, Engine, FailureMode,
+    InferencePoolOptions, Model, ModelCache, ModelService, ModelServiceSpec, ModelSource,
+    Parallelism, ParentReference, Preset, PrometheusSource, Resources, Rollout, RolloutStrategy,
+    Route, RouteBackend, Runtime, Scheduling, Surge,
 };

@@ -13,9 +13,9 @@ use kube::{Api, Resource};
 use tracing::warn;
 
 use super::children::{
-    self, Cached, Child, ClaimChild, ConfigMapChild, JobChild, DeploymentChild, HpaChild, HttpRouteChild,
-    InferencePoolChild, LeaderWorkerSetChild, RoleBindingChild, RoleChild, ScaledObjectChild,
-    ServiceAccountChild, ServiceChild,
+    self, Cached, Child, ClaimChild, ConfigMapChild, DeploymentChild, HpaChild, HttpRouteChild,
+    InferencePoolChild, JobChild, LeaderWorkerSetChild, RoleBindingChild, RoleChild,
+    ScaledObjectChild, ServiceAccountChild, ServiceChild,
 };
 use super::error::is_not_found;
 use super::lean::{Lean, LeanDeployment};

@@ -274,7 +274,9 @@ fn termination_outcome(pod: &Pod) -> Option<Outcome> {
 /// The newest progress line of a log tail; other lines are skipped.
 pub fn last_progress(log: &str) -> Option<Progress> {
     log.lines().rev().find_map(|l| {
-        let p = serde_json::from_str::<ProgressLine>(l.trim()).ok()?.progress;
+        let p = serde_json::from_str::<ProgressLine>(l.trim())
+            .ok()?
+            .progress;
         Some(Progress {
             done_bytes: p.done_bytes,
             total_bytes: p.total_bytes,
@@ -315,15 +317,21 @@ mod tests {
         };
         assert_eq!(job_state(&job(serde_json::json!([]))), JobState::Running);
         assert_eq!(
-            job_state(&job(serde_json::json!([{"type": "Complete", "status": "True"}]))),
+            job_state(&job(
+                serde_json::json!([{"type": "Complete", "status": "True"}])
+            )),
             JobState::Complete
         );
         assert_eq!(
-            job_state(&job(serde_json::json!([{"type": "Failed", "status": "True", "reason": "PodFailurePolicy"}]))),
+            job_state(&job(
+                serde_json::json!([{"type": "Failed", "status": "True", "reason": "PodFailurePolicy"}])
+            )),
             JobState::Failed
         );
         assert_eq!(
-            job_state(&job(serde_json::json!([{"type": "Complete", "status": "False"}]))),
+            job_state(&job(
+                serde_json::json!([{"type": "Complete", "status": "False"}])
+            )),
             JobState::Running
         );
     }

@@ -298,31 +298,31 @@ async fn validate_build_apply(
                 None => None,
             };
             let recheck = match &weights_seen {
-                Some(w) if w.waiting() => Some(
-                    settled
-                        .recheck
-                        .map_or(super::download::READ_EVERY, |r| r.min(super::download::READ_EVERY)),
-                ),
+                Some(w) if w.waiting() => {
+                    Some(settled.recheck.map_or(super::download::READ_EVERY, |r| {
+                        r.min(super::download::READ_EVERY)
+                    }))
+                }
                 _ => settled.recheck,
             };
             Ok(Acted {
-            weights_seen,
-            deployment: applied
-                .deployment
-                .map(|d| surge::remembered(ctx, settled.decision, d)),
-            recheck,
-            scaled_object: applied.scaled_object,
-            canary: applied.canary,
-            route: applied.route,
-            pools: applied.pools,
-            weights: plan.weights,
-            rolled_back: plan.rolled_back,
-            canary_waiting: prior.canary_waiting,
-            canary_held: plan.canary_held,
-            blocked: None,
-            unavailable: applied.unavailable,
-            failure: None,
-        })
+                weights_seen,
+                deployment: applied
+                    .deployment
+                    .map(|d| surge::remembered(ctx, settled.decision, d)),
+                recheck,
+                scaled_object: applied.scaled_object,
+                canary: applied.canary,
+                route: applied.route,
+                pools: applied.pools,
+                weights: plan.weights,
+                rolled_back: plan.rolled_back,
+                canary_waiting: prior.canary_waiting,
+                canary_held: plan.canary_held,
+                blocked: None,
+                unavailable: applied.unavailable,
+                failure: None,
+            })
         }
         Err(Error::ChildConflict(c)) => Ok(Acted::blocked(ctx, ns, name, c.problem(), None)),
         Err(e) if e.is_permanent() => {
@@ -352,7 +352,12 @@ async fn validate_build_apply(
 fn applied_serving(children: &crate::core::Children) -> Option<String> {
     let template = match (&children.deployment, &children.groups) {
         (Some(d), _) => d.spec.template.metadata.as_ref(),
-        (None, Some(g)) => g.spec.leader_worker_template.leader_template.metadata.as_ref(),
+        (None, Some(g)) => g
+            .spec
+            .leader_worker_template
+            .leader_template
+            .metadata
+            .as_ref(),
         (None, None) => None,
     };
     template?

@@ -8,10 +8,10 @@ use super::children::{Child, JobChild, LeaderWorkerSetChild};
 use super::lean::LeanDeployment;
 use super::observe::{Track, cached, pods};
 use super::{Context, Error};
+use crate::core::children::WeightsPrior;
 use crate::core::diagnosis::GpuRequest;
 use crate::core::status::needs_pods;
 use crate::core::tracks::{CANARY, Readiness, canary_may_go, canary_name};
-use crate::core::children::WeightsPrior;
 use crate::core::{Prior, ValidSpec, canary_wait, rollback};
 
 /// The cached workload `name` of `v`'s shape: a Deployment, or with
@@ -71,13 +71,19 @@ pub async fn prior(ctx: &Context, v: &ValidSpec) -> Result<Prior, Error> {
     let stable_template = stable.as_deref().and_then(LeanDeployment::template);
     let weights = WeightsPrior {
         complete: crate::core::weights::downloaded(v).is_some_and(|source| {
-            let job = crate::core::weights::job_name(name, &source);
-            cached(&JobChild::cache(&ctx.stores).store, ns, &job)
-                .is_some_and(|j| super::download::job_state(&j) == super::download::JobState::Complete)
+            let job = crate::core::weights::job_name(v, &source);
+            cached(&JobChild::cache(&ctx.stores).store, ns, &job).is_some_and(|j| {
+                super::download::job_state(&j) == super::download::JobState::Complete
+            })
         }),
         serving: stable_template
             .as_ref()
-            .and_then(|t| t.pointer(&format!("/metadata/annotations/{}", crate::core::weights::SERVED_ANNOTATION.replace('/', "~1"))))
+            .and_then(|t| {
+                t.pointer(&format!(
+                    "/metadata/annotations/{}",
+                    crate::core::weights::SERVED_ANNOTATION.replace('/', "~1")
+                ))
+            })
             .and_then(|a| a.as_str())
             .map(str::to_string),
     };

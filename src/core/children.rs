@@ -3,8 +3,8 @@
 //! Reconcile applies exactly this, and `render` prints exactly this.
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -173,7 +173,17 @@ pub fn build_children(v: &ValidSpec, owner: Option<&OwnerReference>) -> Children
 /// Builds every child of `v`, each owned by `owner` when given, in the
 /// world `prior` describes.
 pub fn plan(v: &ValidSpec, owner: Option<&OwnerReference>, prior: &Prior) -> Plan {
-    let fetch = weights::job(v, owner, prior.weights.serving.as_ref().and_then(|u| weights::served(&v.name, u)).as_ref(), &v.fetch_image);
+    let fetch = weights::job(
+        v,
+        owner,
+        prior
+            .weights
+            .serving
+            .as_ref()
+            .and_then(|u| weights::served(&v.name, u))
+            .as_ref(),
+        &v.fetch_image,
+    );
     let weights_claim = weights::claim(v, owner);
     let Some(served_now) = weights::serving_now(v, prior) else {
         // Nothing serves yet and the weights are not in: no pods may

@@ -144,7 +144,8 @@ fn container(v: &ValidSpec, shm: bool) -> Container {
         readiness_probe: Some(probe(5, 3)),
         liveness_probe: Some(probe(10, 3)),
         volume_mounts: {
-            let mut mounts: Vec<VolumeMount> = v.served.iter().map(|s| weights::mount(s).1).collect();
+            let mut mounts: Vec<VolumeMount> =
+                v.served.iter().map(|s| weights::mount(s).1).collect();
             if shm {
                 mounts.push(VolumeMount {
                     name: "dshm".into(),

@@ -56,11 +56,7 @@ impl WeightsSeen {
     /// A failed download: it needs a human (a bigger claim, a token, a
     /// source that exists), so it is Degraded and names the cause.
     pub fn problem(&self) -> Option<Problem> {
-        let Some(Download::Failed {
-            too_small,
-            message,
-        }) = &self.download
-        else {
+        let Some(Download::Failed { too_small, message }) = &self.download else {
             return None;
         };
         let serving = self.serving_note();
@@ -68,7 +64,7 @@ impl WeightsSeen {
             Problem {
                 reason: reasons::WEIGHTS_VOLUME_TOO_SMALL,
                 message: format!(
-                    "the weights of {} do not fit in the cache: {message}; raise spec.model.cache.size{serving}",
+                    "the weights of {} do not fit in the cache: {message}; raise spec.model.cache.size, and a new download keeps what is already there{serving}",
                     self.uri
                 ),
             }
@@ -76,7 +72,7 @@ impl WeightsSeen {
             Problem {
                 reason: reasons::WEIGHTS_DOWNLOAD_FAILED,
                 message: format!(
-                    "the download of {} failed: {message}; any change of the spec tries again{serving}",
+                    "the download of {} failed: {message}; a new source, cache size or credentialsSecret starts a new download, and deleting the download Job retries this one{serving}",
                     self.uri
                 ),
             }
@@ -86,11 +82,19 @@ impl WeightsSeen {
     /// Ready's message while the download runs or waits.
     pub fn waiting_message(&self) -> Option<String> {
         let what = match self.download.as_ref()? {
-            Download::Pending(why) => format!("the download of {} has not started: {why}", self.uri),
-            Download::Running(Some(p)) if p.total_bytes > 0 => {
-                format!("downloading the weights of {}: {}", self.uri, progress_text(p))
+            Download::Pending(why) => {
+                format!("the download of {} has not started: {why}", self.uri)
             }
-            Download::Running(_) => format!("downloading the weights of {}: listing its files", self.uri),
+            Download::Running(Some(p)) if p.total_bytes > 0 => {
+                format!(
+                    "downloading the weights of {}: {}",
+                    self.uri,
+                    progress_text(p)
+                )
+            }
+            Download::Running(_) => {
+                format!("downloading the weights of {}: listing its files", self.uri)
+            }
             _ => return None,
         };
         let after = if self.serving.as_deref().is_some_and(|s| s != self.uri) {
@@ -164,7 +168,11 @@ pub fn eta_seconds(p: &Progress) -> Option<u64> {
     if p.bytes_per_second == 0 || p.total_bytes == 0 {
         return None;
     }
-    Some(p.total_bytes.saturating_sub(p.done_bytes).div_ceil(p.bytes_per_second))
+    Some(
+        p.total_bytes
+            .saturating_sub(p.done_bytes)
+            .div_ceil(p.bytes_per_second),
+    )
 }
 
 /// "42% of 86.0 GiB, 410.0 MiB/s, about 2 min left".
@@ -194,15 +202,17 @@ fn time_left(seconds: u64) -> String {
     }
 }
 
-/// Bytes in binary units with one decimal: "86.0 GiB", "512 B".
+/// A size for people, in binary units with one decimal: "512 B", "1.5 KiB",
+/// "86.0 GiB". Status and the fetch Job's messages say sizes alike.
 pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
     if n < 1024 {
         return format!("{n} B");
     }
     let mut value = n as f64 / 1024.0;
     let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
+    // 1023.96 would print as "1024.0": move up a unit before it rounds.
+    while value >= 1023.95 && unit + 1 < UNITS.len() {
         value /= 1024.0;
         unit += 1;
     }
@@ -235,15 +245,22 @@ mod tests {
             total_bytes: 86 * GIB,
             bytes_per_second: 410 * MIB,
         };
-        assert_eq!(progress_text(&p), "42% of 86.0 GiB, 410.0 MiB/s, about 2 min left");
+        assert_eq!(
+            progress_text(&p),
+            "42% of 86.0 GiB, 410.0 MiB/s, about 2 min left"
+        );
         let early = Progress {
             bytes_per_second: 0,
             ..p
         };
         assert_eq!(progress_text(&early), "42% of 86.0 GiB");
-        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1024), "1.0 KiB");
         assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(GIB - 1), "1.0 GiB");
         assert_eq!(human_bytes(3 * 1024 * GIB), "3.0 TiB");
+        assert_eq!(human_bytes(u64::MAX), "16777216.0 TiB");
         assert_eq!(time_left(20), "less than a minute left");
         assert_eq!(time_left(7200), "about 2 h left");
     }
@@ -263,7 +280,10 @@ mod tests {
         let seen = running(50 * MIB, 100 * MIB, 10 * MIB);
         assert!(seen.waiting());
         let m = seen.waiting_message().unwrap();
-        assert!(m.contains("50% of 100.0 MiB") && m.ends_with("the pods start once it is complete"), "{m}");
+        assert!(
+            m.contains("50% of 100.0 MiB") && m.ends_with("the pods start once it is complete"),
+            "{m}"
+        );
     }
 
     #[test]
@@ -287,7 +307,11 @@ mod tests {
         };
         let p = seen.problem().unwrap();
         assert_eq!(p.reason, reasons::WEIGHTS_VOLUME_TOO_SMALL);
-        assert!(p.message.contains("needs 86.0 GiB") && p.message.contains("spec.model.cache.size"), "{}", p.message);
+        assert!(
+            p.message.contains("needs 86.0 GiB") && p.message.contains("spec.model.cache.size"),
+            "{}",
+            p.message
+        );
         assert!(!seen.waiting());
         let failed = WeightsSeen {
             download: Some(Download::Failed {
@@ -296,7 +320,10 @@ mod tests {
             }),
             ..seen
         };
-        assert_eq!(failed.problem().unwrap().reason, reasons::WEIGHTS_DOWNLOAD_FAILED);
+        assert_eq!(
+            failed.problem().unwrap().reason,
+            reasons::WEIGHTS_DOWNLOAD_FAILED
+        );
         assert_eq!(failed.report().phase, "Failed");
     }
 
@@ -313,7 +340,10 @@ mod tests {
         };
         assert!(!done.waiting() && done.problem().is_none());
         let r = done.report();
-        assert_eq!((r.phase.as_str(), r.progress.as_deref()), ("Complete", Some("2.0 GiB cached")));
+        assert_eq!(
+            (r.phase.as_str(), r.progress.as_deref()),
+            ("Complete", Some("2.0 GiB cached"))
+        );
         assert_eq!((r.bytes_per_second, r.eta_seconds), (None, None));
         let mounted = WeightsSeen {
             uri: "pvc://models/llama".into(),

@@ -215,12 +215,7 @@ impl Source {
             .take(48)
             .collect();
         let readable = readable.trim_start_matches('.');
-        format!("{readable}-{}", &hash(&canonical)[..12])
-    }
-
-    /// Eight hex digits that tell sources apart in object names.
-    pub fn short_hash(&self) -> String {
-        hash(&self.key())[..8].to_string()
+        format!("{readable}-{}", &stable_hash(&canonical)[..12])
     }
 
     /// The revision in effect, for status: the commit or tag, or the digest.
@@ -250,8 +245,9 @@ fn short(s: &str) -> &str {
     s.get(..12).unwrap_or(s)
 }
 
-/// FNV-1a, the same stable hash as the fingerprints.
-fn hash(s: &str) -> String {
+/// FNV-1a, the same stable hash as the fingerprints: 16 hex digits that
+/// are the same in every process and release.
+pub fn stable_hash(s: &str) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in s.bytes() {
         h ^= u64::from(b);
@@ -289,7 +285,10 @@ mod tests {
     #[test]
     fn http_needs_a_digest_and_a_file() {
         let digest = "ab".repeat(32);
-        let s = parse(&format!("https://files.example/m/model.gguf#sha256={digest}")).unwrap();
+        let s = parse(&format!(
+            "https://files.example/m/model.gguf#sha256={digest}"
+        ))
+        .unwrap();
         assert_eq!(
             s,
             Source::Http {
@@ -325,7 +324,12 @@ mod tests {
                 path: String::new()
             }
         );
-        for uri in ["pvc://Models/x", "pvc://models/../x", "pvc://models/a/./b", "pvc:///x"] {
+        for uri in [
+            "pvc://Models/x",
+            "pvc://models/../x",
+            "pvc://models/a/./b",
+            "pvc:///x",
+        ] {
             assert!(parse(uri).is_err(), "{uri}");
         }
     }
@@ -343,11 +347,18 @@ mod tests {
         let a = parse("hf://org/Model_v1@aaaaaaaaaaaaaaaaaaaa").unwrap();
         let b = parse("hf://org/Model_v1@bbbbbbbbbbbbbbbbbbbb").unwrap();
         assert_ne!(a.key(), b.key());
-        assert_ne!(a.short_hash(), b.short_hash());
         for k in [a.key(), b.key()] {
             assert!(k.starts_with("Model_v1-"), "{k}");
-            assert!(!k.contains('/') && !k.starts_with('.') && k.len() <= 63, "{k}");
+            assert!(
+                !k.contains('/') && !k.starts_with('.') && k.len() <= 63,
+                "{k}"
+            );
         }
-        assert_eq!(a.key(), parse("hf://org/Model_v1@aaaaaaaaaaaaaaaaaaaa").unwrap().key());
+        assert_eq!(
+            a.key(),
+            parse("hf://org/Model_v1@aaaaaaaaaaaaaaaaaaaa")
+                .unwrap()
+                .key()
+        );
     }
 }

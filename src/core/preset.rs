@@ -137,7 +137,10 @@ mod tests {
             );
         }
         let other = vec!["--hostname".to_string(), "x".to_string()];
-        assert!(args(Some(Preset::Sglang), "m", None, 1, &other, false).contains(&"0.0.0.0".to_string()));
+        assert!(
+            args(Some(Preset::Sglang), "m", None, 1, &other, false)
+                .contains(&"0.0.0.0".to_string())
+        );
     }
 
     #[test]

@@ -439,11 +439,17 @@ mod tests {
         };
         let s = compute(None, &o, &t(10));
         assert_eq!(cond(&s, ct::READY), ("False", reasons::DOWNLOADING_WEIGHTS));
-        assert_eq!(cond(&s, ct::PROGRESSING), ("True", reasons::DOWNLOADING_WEIGHTS));
+        assert_eq!(
+            cond(&s, ct::PROGRESSING),
+            ("True", reasons::DOWNLOADING_WEIGHTS)
+        );
         assert_eq!(cond(&s, ct::DEGRADED), ("False", reasons::AS_EXPECTED));
         let ready = find(&s.conditions, ct::READY).unwrap();
         assert!(ready.message.contains("42% of 100 B"), "{}", ready.message);
-        assert_eq!(s.model.as_ref().map(|m| m.phase.as_str()), Some("Downloading"));
+        assert_eq!(
+            s.model.as_ref().map(|m| m.phase.as_str()),
+            Some("Downloading")
+        );
 
         let full = WeightsSeen {
             download: Some(Download::Failed {
@@ -457,8 +463,14 @@ mod tests {
             ..observed(None, &[])
         };
         let s = compute(None, &o, &t(10));
-        assert_eq!(cond(&s, ct::READY), ("False", reasons::WEIGHTS_VOLUME_TOO_SMALL));
-        assert_eq!(cond(&s, ct::DEGRADED), ("True", reasons::WEIGHTS_VOLUME_TOO_SMALL));
+        assert_eq!(
+            cond(&s, ct::READY),
+            ("False", reasons::WEIGHTS_VOLUME_TOO_SMALL)
+        );
+        assert_eq!(
+            cond(&s, ct::DEGRADED),
+            ("True", reasons::WEIGHTS_VOLUME_TOO_SMALL)
+        );
     }
 
     fn cond<'a>(s: &'a ModelServiceStatus, t: &str) -> (&'a str, &'a str) {

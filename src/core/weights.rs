@@ -14,16 +14,17 @@ use k8s_openapi::api::batch::v1::{
     Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, PodSecurityContext, SeccompProfile, EnvFromSource, EnvVar, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, ResourceRequirements,
-    SecretEnvSource, SecurityContext, Volume, VolumeMount, VolumeResourceRequirements,
+    Capabilities, Container, EnvFromSource, EnvVar, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
+    PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretEnvSource, SecurityContext,
+    Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use super::{Prior, ValidSpec};
 use super::labels::{INSTANCE_LABEL, NAME_LABEL, child_meta};
 use super::model_source::{self, Source};
+use super::{Prior, ValidSpec};
 use crate::api::CacheAccessMode;
 
 /// Where the serving pods see the weights (read-only).
@@ -60,9 +61,29 @@ pub fn claim_name(name: &str) -> String {
     format!("{name}-weights")
 }
 
-/// The Job that fetches `source`: one per source.
-pub fn job_name(name: &str, source: &Source) -> String {
-    format!("{name}-fetch-{}", source.short_hash())
+/// The Job that fetches the spec's `source`: one per source, size and
+/// credentials. A new claim size or Secret is a new Job, so that changing
+/// either retries a download that failed for lack of them; a complete
+/// source's new Job finds the weights in place and ends at once.
+pub fn job_name(v: &ValidSpec, source: &Source) -> String {
+    let cache = v.spec.model.cache.as_ref();
+    let secret = v
+        .spec
+        .model
+        .source
+        .as_ref()
+        .and_then(|s| s.credentials_secret.as_deref());
+    let what = format!(
+        "{}|{}|{}",
+        source.key(),
+        cache.map_or("", |c| c.size.0.as_str()),
+        secret.unwrap_or_default()
+    );
+    format!(
+        "{}-fetch-{}",
+        v.name,
+        &model_source::stable_hash(&what)[..8]
+    )
 }
 
 /// What `<name>-fetch-<8 hex>` adds to the name: a Job's name is also a
@@ -153,10 +174,7 @@ pub fn keep_immutable(desired: &mut PersistentVolumeClaim, current: Option<&serd
         .pointer("/resources/requests/storage")
         .and_then(|q| q.as_str())
         .map(|q| Quantity(q.to_string()));
-    if let Some(requests) = spec
-        .resources
-        .as_mut()
-        .and_then(|r| r.requests.as_mut())
+    if let Some(requests) = spec.resources.as_mut().and_then(|r| r.requests.as_mut())
         && size(current_size.as_ref()) > size(requests.get("storage"))
         && let Some(q) = current_size
     {
@@ -200,7 +218,10 @@ pub fn claim(v: &ValidSpec, owner: Option<&OwnerReference>) -> Option<Persistent
             access_modes: Some(vec![mode.into()]),
             storage_class_name: cache.storage_class_name.clone(),
             resources: Some(VolumeResourceRequirements {
-                requests: Some(BTreeMap::from([("storage".to_string(), cache.size.clone())])),
+                requests: Some(BTreeMap::from([(
+                    "storage".to_string(),
+                    cache.size.clone(),
+                )])),
                 ..VolumeResourceRequirements::default()
             }),
             ..PersistentVolumeClaimSpec::default()
@@ -235,7 +256,7 @@ pub fn job(
         .as_ref()
         .and_then(|c| super::quantity::bytes(&c.size.0))?;
     let mut metadata = child_meta(v, owner);
-    metadata.name = Some(job_name(&v.name, &source));
+    metadata.name = Some(job_name(v, &source));
     let mut args = vec![
         "fetch".to_string(),
         "--source".into(),

@@ -12,10 +12,10 @@ use super::space::Room;
 /// try again.
 pub const EXIT_FAILED: i32 = 1;
 /// The volume cannot hold the model: only a bigger claim helps.
-pub const EXIT_VOLUME_TOO_SMALL: i32 = 3;
+pub const EXIT_VOLUME_TOO_SMALL: i32 = crate::core::weights::EXIT_VOLUME_TOO_SMALL;
 /// The source cannot work as written (401/403/404, a bad or hostile
 /// source): retrying the Job would only fail again.
-pub const EXIT_PERMANENT: i32 = 4;
+pub const EXIT_PERMANENT: i32 = crate::core::weights::EXIT_PERMANENT;
 
 /// The kubelet keeps at most 4096 bytes of a termination message; the
 /// message is cut well below so the JSON around it always fits.

@@ -41,22 +41,8 @@ impl Room {
     }
 }
 
-/// A size for people, in binary units with one decimal: "512 B", "1.5 KiB",
-/// "86.0 GiB".
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut value = n as f64 / 1024.0;
-    let mut unit = 0;
-    // 1023.96 would print as "1024.0": move up a unit before it rounds.
-    while value >= 1023.95 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
-}
+/// Sizes in messages read as status reads them.
+pub use crate::core::download::human_bytes;
 
 /// Measures the room for `needed` more bytes of a `total`-byte model.
 pub(crate) fn measure(dest: &Path, capacity: u64, total: u64, needed: u64) -> io::Result<Room> {
@@ -114,18 +100,6 @@ mod tests {
     use super::*;
 
     const GIB: u64 = 1 << 30;
-
-    #[test]
-    fn human_bytes_uses_binary_units_with_one_decimal() {
-        assert_eq!(human_bytes(0), "0 B");
-        assert_eq!(human_bytes(1023), "1023 B");
-        assert_eq!(human_bytes(1024), "1.0 KiB");
-        assert_eq!(human_bytes(1536), "1.5 KiB");
-        assert_eq!(human_bytes(86 * GIB), "86.0 GiB");
-        assert_eq!(human_bytes(GIB - 1), "1.0 GiB");
-        assert_eq!(human_bytes(3 * 1024 * GIB), "3.0 TiB");
-        assert_eq!(human_bytes(u64::MAX), "16777216.0 TiB");
-    }
 
     #[test]
     fn room_message_names_both_sizes() {

@@ -200,9 +200,10 @@ async fn jobs_of(env: &Env, name: &str) -> Vec<Job> {
 async fn the_job(env: &Env, name: &str, revision: &str) -> Job {
     let uri = source(revision);
     wait_for(&format!("the download Job of {uri}"), CONVERGE, || async {
-        jobs_of(env, name).await.into_iter().find(|j| {
-            serde_json::to_string(&j.spec).is_ok_and(|s| s.contains(&uri))
-        })
+        jobs_of(env, name)
+            .await
+            .into_iter()
+            .find(|j| serde_json::to_string(&j.spec).is_ok_and(|s| s.contains(&uri)))
     })
     .await
 }
@@ -264,9 +265,11 @@ async fn play_end(env: &Env, job: &str, outcome: Value, failed: bool) {
             .patch_status(
                 &format!("{job}-play"),
                 &PatchParams::default(),
-                &Patch::Merge(json!({"status": {"phase": if failed { "Failed" } else { "Succeeded" },
+                &Patch::Merge(
+                    json!({"status": {"phase": if failed { "Failed" } else { "Succeeded" },
                     "containerStatuses": [{"name": "fetch", "image": OPERATOR_IMAGE, "imageID": "",
-                        "ready": false, "restartCount": 0, "state": {"terminated": terminated}}]}})),
+                        "ready": false, "restartCount": 0, "state": {"terminated": terminated}}]}}),
+                ),
             )
             .await
             .expect("the pod's end");
@@ -301,7 +304,11 @@ async fn play_end(env: &Env, job: &str, outcome: Value, failed: bool) {
         status["completionTime"] = json!(now);
     }
     env.api::<Job>()
-        .patch_status(job, &PatchParams::default(), &Patch::Merge(json!({"status": status})))
+        .patch_status(
+            job,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": status})),
+        )
         .await
         .expect("the Job's status");
 }
@@ -372,7 +379,10 @@ async fn a_source_is_downloaded_once_and_every_pod_starts_from_it() {
         ready(ms) == ("False".into(), "DownloadingWeights".into())
     })
     .await;
-    assert!(deployment(env, name).await.is_none(), "no pods before the weights");
+    assert!(
+        deployment(env, name).await.is_none(),
+        "no pods before the weights"
+    );
     assert!(message(&ms, "Ready").contains("the pods start once it is complete"));
 
     // Progress, with a rate and a time left, in status.model and in Ready.
@@ -393,8 +403,15 @@ async fn a_source_is_downloaded_once_and_every_pod_starts_from_it() {
         .await;
         let m = weights(&ms);
         let progress = m["progress"].as_str().unwrap_or_default().to_string();
-        assert!(progress.contains("% of ") && progress.contains("/s, "), "{m}");
-        assert!(message(&ms, "Ready").contains(&progress), "{}", message(&ms, "Ready"));
+        assert!(
+            progress.contains("% of ") && progress.contains("/s, "),
+            "{m}"
+        );
+        assert!(
+            message(&ms, "Ready").contains(&progress),
+            "{}",
+            message(&ms, "Ready")
+        );
     }
 
     download(&w, name, "rev1").await;
@@ -413,8 +430,14 @@ async fn a_source_is_downloaded_once_and_every_pod_starts_from_it() {
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    assert!(args[1].starts_with("/models/tiny-weights-rev1-"), "{args:?}");
-    assert!(args.windows(2).any(|w| w == ["--served-model-name", MODEL]), "{args:?}");
+    assert!(
+        args[1].starts_with("/models/tiny-weights-rev1-"),
+        "{args:?}"
+    );
+    assert!(
+        args.windows(2).any(|w| w == ["--served-model-name", MODEL]),
+        "{args:?}"
+    );
     let served_bytes = w.hub.bytes_served();
 
     // A second replica, then a restart of a pod: no download.
@@ -428,7 +451,9 @@ async fn a_source_is_downloaded_once_and_every_pod_starts_from_it() {
     if real_node() {
         let pods = env
             .api::<Pod>()
-            .list(&ListParams::default().labels(&format!("{INSTANCE_LABEL}={name},app.kubernetes.io/name=modelservice")))
+            .list(&ListParams::default().labels(&format!(
+                "{INSTANCE_LABEL}={name},app.kubernetes.io/name=modelservice"
+            )))
             .await
             .expect("pods");
         let first = pods.items[0].metadata.name.clone().unwrap_or_default();
@@ -443,8 +468,16 @@ async fn a_source_is_downloaded_once_and_every_pod_starts_from_it() {
         })
         .await;
     }
-    assert_eq!(w.hub.bytes_served(), served_bytes, "nothing downloaded again");
-    assert_eq!(jobs_of(env, name).await.len(), 1, "one download for the source");
+    assert_eq!(
+        w.hub.bytes_served(),
+        served_bytes,
+        "nothing downloaded again"
+    );
+    assert_eq!(
+        jobs_of(env, name).await.len(),
+        1,
+        "one download for the source"
+    );
     w.finish().await;
 }
 
@@ -474,7 +507,10 @@ async fn a_new_revision_downloads_beside_the_one_that_keeps_serving() {
     );
     assert_eq!(weights(&ms)["serving"], source("rev1"));
     let d = deployment(env, name).await.expect("the Deployment");
-    assert_eq!(template_source(&d).as_deref(), Some(source("rev1").as_str()));
+    assert_eq!(
+        template_source(&d).as_deref(),
+        Some(source("rev1").as_str())
+    );
     assert_eq!(
         d.status.and_then(|s| s.ready_replicas),
         Some(1),
@@ -492,7 +528,10 @@ async fn a_new_revision_downloads_beside_the_one_that_keeps_serving() {
     })
     .await;
     let d = deployment(env, name).await.expect("the Deployment");
-    assert_eq!(template_source(&d).as_deref(), Some(source("rev2").as_str()));
+    assert_eq!(
+        template_source(&d).as_deref(),
+        Some(source("rev2").as_str())
+    );
     assert_eq!(job_name(&jobs_of(env, name).await[0]), job_name(&job));
     drop(ms);
     w.finish().await;
@@ -501,7 +540,9 @@ async fn a_new_revision_downloads_beside_the_one_that_keeps_serving() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_too_small_for_the_model_is_named() {
     if real_cluster() && !real_node() {
-        eprintln!("SKIPPED a_claim_too_small_for_the_model_is_named: podsim pods print no termination message");
+        eprintln!(
+            "SKIPPED a_claim_too_small_for_the_model_is_named: podsim pods print no termination message"
+        );
         return;
     }
     let w = World::new("16Mi").await;
@@ -525,7 +566,10 @@ async fn a_claim_too_small_for_the_model_is_named() {
     })
     .await;
     let m = message(&ms, "Degraded");
-    assert!(m.contains("needs 240.0 MiB") && m.contains("16.0 MiB free"), "{m}");
+    assert!(
+        m.contains("needs 240.0 MiB") && m.contains("16.0 MiB free"),
+        "{m}"
+    );
     assert_eq!(ready(&ms).1, "WeightsVolumeTooSmall");
     assert_eq!(weights(&ms)["phase"], "Failed");
     assert!(deployment(env, name).await.is_none());
@@ -552,13 +596,29 @@ async fn a_killed_download_resumes_where_it_was() {
     .await;
     let pods = env.api::<Pod>();
     let lp = ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}"));
-    for p in pods.list(&lp).await.expect("the Job's pods").items {
-        let n = p.metadata.name.unwrap_or_default();
-        pods.delete(&n, &DeleteParams::default().grace_period(0))
+    let killed: Vec<String> = pods
+        .list(&lp)
+        .await
+        .expect("the Job's pods")
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    for n in &killed {
+        pods.delete(n, &DeleteParams::default().grace_period(0))
             .await
             .expect("killed");
     }
-    w.hub.set_rate_limit(0);
+    // Still throttled: the killed pod must not finish in its last moments.
+    wait_for("the killed pod gone", CONVERGE, || async {
+        for n in &killed {
+            if pods.get_opt(n).await.ok()?.is_some() {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
     download(&w, name, "rev1").await;
     wait_ready(env, name).await;
     let served = w.hub.bytes_served();
@@ -568,7 +628,8 @@ async fn a_killed_download_resumes_where_it_was() {
     );
     assert!(
         w.hub.requests().iter().any(|r| r.range.is_some()),
-        "a Range request resumed the file"
+        "a Range request resumed the file: {:?}",
+        w.hub.requests()
     );
     w.finish().await;
 }

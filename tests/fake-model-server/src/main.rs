@@ -83,15 +83,19 @@ async fn main() -> ExitCode {
     // weights: a pod whose volume lacks them fails here, visibly.
     if launch.model.starts_with('/') {
         match weights_on_disk(std::path::Path::new(&launch.model)) {
-            Ok((files, bytes)) if files > 0 => {
-                log(format_args!("read {files} file(s), {bytes} bytes, from {}", launch.model))
-            }
+            Ok((files, bytes)) if files > 0 => log(format_args!(
+                "read {files} file(s), {bytes} bytes, from {}",
+                launch.model
+            )),
             Ok(_) => {
                 eprintln!("fake-model-server: no model files in {}", launch.model);
                 return ExitCode::from(1);
             }
             Err(e) => {
-                eprintln!("fake-model-server: cannot read the model at {}: {e}", launch.model);
+                eprintln!(
+                    "fake-model-server: cannot read the model at {}: {e}",
+                    launch.model
+                );
                 return ExitCode::from(1);
             }
         }

@@ -38,8 +38,8 @@ mod watch;
 pub mod weights_server;
 
 pub use counts::{RequestCounts, Verb};
-pub use http::LOG_ANNOTATION;
 pub use faults::FailRule;
+pub use http::LOG_ANNOTATION;
 pub use resources::{
     Converter, NameRule, ResourceInfo, ScalePaths, SelectorSource, default_resources,
     model_service, sort_by_priority,

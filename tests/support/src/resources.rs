@@ -360,7 +360,8 @@ pub fn default_resources() -> Vec<ResourceInfo> {
             ]),
         ResourceInfo::new("", "v1", "configmaps", "ConfigMap"),
         // The weights cache and its download (no Job controller: tests play it).
-        ResourceInfo::new("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim").with_status(),
+        ResourceInfo::new("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
+            .with_status(),
         ResourceInfo::new("batch", "v1", "jobs", "Job")
             .with_status()
             .with_generation(),

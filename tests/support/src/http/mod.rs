@@ -230,7 +230,12 @@ fn dispatch(
         if verb != Verb::Get {
             return Err(ApiError::method_not_allowed());
         }
-        let ctx = Ctx::new(info.clone(), t.namespace.as_deref().unwrap_or_default(), Sub::Main, "");
+        let ctx = Ctx::new(
+            info.clone(),
+            t.namespace.as_deref().unwrap_or_default(),
+            Sub::Main,
+            "",
+        );
         let obj = read::get(&shared.lock(), &ctx, t.name.as_deref().unwrap_or_default())?;
         let text = obj["metadata"]["annotations"][LOG_ANNOTATION]
             .as_str()
