@@ -184,6 +184,13 @@ pub fn cluster_rules() -> Vec<Rule> {
             &[Get, List, Watch],
         ),
         Rule::new(
+            "Read-only: the progress of a weights download (model.source), \
+             from the last lines of its Job's pod log, every 5 s while it runs.",
+            "",
+            "pods/log",
+            &[Get],
+        ),
+        Rule::new(
             "Not used by the operator: the endpoint pickers' Role \
              (route.backend InferencePool) grants get, list and watch on the \
              Inference Extension's objectives and rewrites, and Kubernetes \

@@ -107,6 +107,11 @@ watchNamespace). Included by templates/rbac.yaml.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch"]
+# Read-only: the progress of a weights download (model.source), from the last
+# lines of its Job's pod log, every 5 s while it runs.
+- apiGroups: [""]
+  resources: ["pods/log"]
+  verbs: ["get"]
 # Not used by the operator: the endpoint pickers' Role (route.backend
 # InferencePool) grants get, list and watch on the Inference Extension's
 # objectives and rewrites, and Kubernetes lets the operator grant only what it
