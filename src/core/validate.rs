@@ -657,6 +657,47 @@ mod tests {
     }
 
     #[test]
+    fn a_source_names_one_set_of_files_and_a_download_needs_a_cache() {
+        let with = |uri: &str, cache: bool, name: &str| {
+            let mut ms = sample();
+            ms.metadata.name = Some(name.into());
+            ms.spec.model.source = Some(crate::api::ModelSource {
+                uri: uri.into(),
+                credentials_secret: None,
+            });
+            ms.spec.model.cache = cache.then(|| crate::api::ModelCache {
+                size: k8s_openapi::apimachinery::pkg::api::resource::Quantity("10Gi".into()),
+                storage_class_name: None,
+                access_mode: None,
+            });
+            validate(&ms, "default")
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(with("hf://org/m@abc", true, "llama"), Ok(()));
+        assert_eq!(with("pvc://models/m", false, "llama"), Ok(()));
+        let problems = [
+            (with("hf://org/m", true, "llama"), "pinned revision"),
+            (
+                with("hf://org/m@abc", false, "llama"),
+                "spec.model.cache is required",
+            ),
+            (
+                with("pvc://models/m", true, "llama"),
+                "only for downloaded sources",
+            ),
+            (with("hf://org/m@abc", true, &"x".repeat(49)), "at most 48"),
+            (with("s3://bucket/m", true, "llama"), "not supported yet"),
+        ];
+        for (got, want) in problems {
+            assert!(
+                got.as_ref().is_err_and(|e| e.contains(want)),
+                "{want}: {got:?}"
+            );
+        }
+    }
+
+    #[test]
     fn parallelism_is_checked_against_what_a_group_needs() {
         let with = |tensor, pipeline, f: &dyn Fn(&mut ModelService)| {
             let mut ms = sample();

@@ -383,3 +383,251 @@ pub fn job(
         status: None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::children::tests::sample;
+    use crate::core::children::{WeightsPrior, plan};
+    use crate::core::validate;
+    use serde_json::{Value, json};
+
+    const REV1: &str = "hf://meta-llama/Llama-3.1-8B-Instruct@0e9e39f";
+    const REV2: &str = "hf://meta-llama/Llama-3.1-8B-Instruct@5206a32";
+
+    fn cached(uri: &str) -> ValidSpec {
+        let mut ms = sample();
+        ms.spec.model.source = Some(crate::api::ModelSource {
+            uri: uri.into(),
+            credentials_secret: Some("hf-token".into()),
+        });
+        ms.spec.model.cache = Some(crate::api::ModelCache {
+            size: Quantity("200Gi".into()),
+            storage_class_name: Some("fast".into()),
+            access_mode: Some(CacheAccessMode::ReadWriteMany),
+        });
+        validate(&ms, "default").expect("valid")
+    }
+
+    fn mounted(uri: &str) -> ValidSpec {
+        let mut ms = sample();
+        ms.spec.model.source = Some(crate::api::ModelSource {
+            uri: uri.into(),
+            credentials_secret: None,
+        });
+        validate(&ms, "default").expect("valid")
+    }
+
+    fn prior(complete: bool, serving: Option<&str>, exists: bool) -> Prior {
+        Prior {
+            weights: WeightsPrior {
+                complete,
+                serving: serving.map(str::to_string),
+            },
+            stable_template: exists.then(|| json!({})),
+            ..Prior::offline()
+        }
+    }
+
+    fn server(p: &crate::core::Plan) -> Value {
+        let d = p.children.deployment.as_ref().expect("a Deployment");
+        serde_json::to_value(&d.spec.template).unwrap_or_default()
+    }
+
+    #[test]
+    fn the_claim_has_the_size_class_and_mode_of_the_spec() {
+        let c = claim(&cached(REV1), None).expect("a claim");
+        let j = serde_json::to_value(&c).unwrap_or_default();
+        assert_eq!(j["metadata"]["name"], "llama-weights");
+        assert_eq!(j["spec"]["resources"]["requests"]["storage"], "200Gi");
+        assert_eq!(j["spec"]["storageClassName"], "fast");
+        assert_eq!(j["spec"]["accessModes"], json!(["ReadWriteMany"]));
+        // A claim path is mounted, never made.
+        assert!(claim(&mounted("pvc://models/llama"), None).is_none());
+        assert!(job(&mounted("pvc://models/llama"), None, None, "img").is_none());
+    }
+
+    #[test]
+    fn the_job_fetches_with_the_operators_image_no_token_and_the_secret_as_env() {
+        let v = cached(REV1);
+        let old = served("llama", REV2);
+        let j = serde_json::to_value(job(&v, None, old.as_ref(), "op:1").expect("a Job"))
+            .unwrap_or_default();
+        assert!(
+            j["metadata"]["name"].as_str().is_some_and(
+                |n| n.starts_with("llama-fetch-") && n.len() == "llama-fetch-".len() + 8
+            )
+        );
+        let pod = &j["spec"]["template"]["spec"];
+        let c = &pod["containers"][0];
+        assert_eq!(c["image"], "op:1");
+        let args: Vec<&str> = c["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        let key = model_source::parse(REV1).unwrap().key();
+        let old_key = model_source::parse(REV2).unwrap().key();
+        assert_eq!(
+            args,
+            [
+                "fetch",
+                "--source",
+                REV1,
+                "--dest",
+                "/cache",
+                "--key",
+                &key,
+                "--capacity",
+                "214748364800",
+                "--keep",
+                &old_key
+            ]
+        );
+        assert_eq!(c["envFrom"][0]["secretRef"]["name"], "hf-token");
+        assert_eq!(pod["automountServiceAccountToken"], false);
+        assert_eq!(pod["restartPolicy"], "Never");
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(
+            pod["volumes"][0]["persistentVolumeClaim"]["claimName"],
+            "llama-weights"
+        );
+        // Where the serving pods run, and never among them.
+        assert_eq!(pod["nodeSelector"]["gpu"], "a100");
+        assert_eq!(
+            j["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"],
+            FETCH_APP
+        );
+        let rule = &j["spec"]["podFailurePolicy"]["rules"][0];
+        assert_eq!(
+            (rule["action"].as_str(), &rule["onExitCodes"]["values"]),
+            (Some("FailJob"), &json!([3, 4]))
+        );
+    }
+
+    #[test]
+    fn a_new_size_or_secret_is_a_new_job_and_the_same_spec_the_same_one() {
+        let name = |v: &ValidSpec| job_name(v, &downloaded(v).unwrap());
+        let v = cached(REV1);
+        assert_eq!(name(&v), name(&cached(REV1)));
+        let mut bigger = v.clone();
+        bigger.spec.model.cache.as_mut().unwrap().size = Quantity("300Gi".into());
+        let mut other_secret = v.clone();
+        other_secret
+            .spec
+            .model
+            .source
+            .as_mut()
+            .unwrap()
+            .credentials_secret = None;
+        for w in [&bigger, &other_secret, &cached(REV2)] {
+            assert_ne!(name(&v), name(w));
+        }
+    }
+
+    #[test]
+    fn no_pod_starts_before_the_weights_are_in() {
+        let v = cached(REV1);
+        let p = plan(&v, None, &prior(false, None, false));
+        let c = &p.children;
+        assert!(c.deployment.is_none() && c.groups.is_none() && c.hpa.is_none());
+        assert!(c.weights_claim.is_some() && c.fetch.is_some());
+        let p = plan(&v, None, &prior(true, None, false));
+        let t = server(&p);
+        assert_eq!(t["metadata"]["annotations"][SERVED_ANNOTATION], REV1);
+        let args = &t["spec"]["containers"][0]["args"];
+        assert_eq!(
+            args[1]
+                .as_str()
+                .map(|a| a.starts_with("/models/Llama-3.1-8B-Instruct-0e9e39f-")),
+            Some(true),
+            "{args}"
+        );
+        assert_eq!(
+            t["spec"]["volumes"][0]["persistentVolumeClaim"],
+            json!({"claimName": "llama-weights", "readOnly": true})
+        );
+        assert_eq!(
+            t["spec"]["containers"][0]["volumeMounts"][0],
+            json!({"name": VOLUME, "mountPath": MOUNT_PATH, "readOnly": true})
+        );
+        assert!(p.children.hpa.is_some());
+    }
+
+    #[test]
+    fn the_old_weights_serve_until_the_new_ones_are_in() {
+        let v = cached(REV2);
+        // rev1 serves, rev2 downloads: the pods keep rev1.
+        let p = plan(&v, None, &prior(false, Some(REV1), true));
+        assert_eq!(
+            server(&p)["metadata"]["annotations"][SERVED_ANNOTATION],
+            REV1
+        );
+        assert!(
+            p.children
+                .fetch
+                .as_ref()
+                .is_some_and(|j| serde_json::to_string(j).unwrap_or_default().contains(REV2))
+        );
+        // In: the pods roll to rev2.
+        let p = plan(&v, None, &prior(true, Some(REV1), true));
+        assert_eq!(
+            server(&p)["metadata"]["annotations"][SERVED_ANNOTATION],
+            REV2
+        );
+        // Pods that fetched the model themselves keep doing so meanwhile.
+        let p = plan(&v, None, &prior(false, None, true));
+        let t = server(&p);
+        assert!(
+            t["metadata"]["annotations"]
+                .get(SERVED_ANNOTATION)
+                .is_none()
+        );
+        assert_eq!(
+            t["spec"]["containers"][0]["args"][1],
+            "meta-llama/Llama-3.1-8B-Instruct"
+        );
+        // A Job that is gone again (deleted) does not take rev2 away from pods reading it.
+        let p = plan(&v, None, &prior(false, Some(REV2), true));
+        assert_eq!(
+            server(&p)["metadata"]["annotations"][SERVED_ANNOTATION],
+            REV2
+        );
+    }
+
+    #[test]
+    fn a_claim_keeps_what_cannot_change_and_never_shrinks() {
+        let mut c = claim(&cached(REV1), None).expect("a claim");
+        let current = json!({"storageClassName": "slow", "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "500Gi"}}});
+        keep_immutable(&mut c, Some(&current));
+        let j = serde_json::to_value(&c).unwrap_or_default();
+        assert_eq!(j["spec"]["storageClassName"], "slow");
+        assert_eq!(j["spec"]["accessModes"], json!(["ReadWriteOnce"]));
+        assert_eq!(j["spec"]["resources"]["requests"]["storage"], "500Gi");
+        let mut c = claim(&cached(REV1), None).expect("a claim");
+        keep_immutable(
+            &mut c,
+            Some(&json!({"resources": {"requests": {"storage": "100Gi"}}})),
+        );
+        let j = serde_json::to_value(&c).unwrap_or_default();
+        assert_eq!(
+            j["spec"]["resources"]["requests"]["storage"], "200Gi",
+            "grows"
+        );
+    }
+
+    #[test]
+    fn a_claim_source_mounts_its_path_and_downloads_nothing() {
+        let v = mounted("pvc://models/llama/8b");
+        let p = plan(&v, None, &prior(false, None, false));
+        let t = server(&p);
+        assert_eq!(
+            t["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"],
+            "models"
+        );
+        assert_eq!(t["spec"]["containers"][0]["args"][1], "/models/llama/8b");
+        assert!(p.children.fetch.is_none() && p.children.weights_claim.is_none());
+    }
+}
