@@ -633,3 +633,97 @@ async fn a_killed_download_resumes_where_it_was() {
     );
     w.finish().await;
 }
+
+/// Ready replicas of `name` once the pod `gone` (if any) has left.
+async fn time_to_ready(env: &Env, name: &str, replicas: i32, gone: Option<&str>) -> Duration {
+    let started = std::time::Instant::now();
+    wait_for(&format!("{name}: {replicas} ready"), DOWNLOAD, || async {
+        if let Some(g) = gone
+            && env.api::<Pod>().get_opt(g).await.ok()?.is_some()
+        {
+            return None;
+        }
+        let ms = get_ms(env, name).await?;
+        (ms.status.as_ref()?.ready_replicas == Some(replicas) && ready(&ms).0 == "True")
+            .then_some(())
+    })
+    .await;
+    started.elapsed()
+}
+
+/// The cold starts the cache is for, with and without it: the first pod,
+/// a second replica, and a pod's restart. Asserts what each one downloads
+/// (three times the model without the cache, once with it) and prints the
+/// times for BENCHMARKS.md ("weights cache"); no time is asserted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cold_starts_download_once_with_the_cache_and_every_time_without() {
+    if !real_node() {
+        eprintln!("SKIPPED cold_starts_download_once_with_the_cache_and_every_time_without: it times real pods");
+        return;
+    }
+    let w = World::new("1Gi").await;
+    let env = &w.env;
+    let model = 2048 + 240 * MIB;
+    // A download that outlasts a few startup-probe periods (10 s), as a
+    // large model's does: 240 MiB at 8 MiB/s is 30 s, as 140 GB of a 70B
+    // model is about 6 min at 400 MB/s.
+    w.hub.set_rate_limit(8 * MIB);
+    let port = w.hub.url().rsplit(':').next().unwrap_or_default().to_string();
+    let hub = format!("http://{}:{port}", node_ip(env).await);
+    let files: Vec<String> = repos(true)[0]
+        .files
+        .iter()
+        .map(|(p, _)| format!("{hub}/{MODEL}/resolve/rev1/{p}"))
+        .collect();
+
+    let mut figures = Vec::new();
+    for cached in [false, true] {
+        let name = if cached { "with-cache" } else { "without-cache" };
+        let mut spec = w.spec("rev1", "1Gi");
+        if !cached {
+            spec["model"] = json!({"name": MODEL});
+            spec["runtime"]["env"] = json!([{"name": "FAKE_DOWNLOAD", "value": files.join(",")}]);
+        }
+        w.hub.reset_counts();
+        let started = std::time::Instant::now();
+        env.apply_ms_v1beta1(name, spec.clone()).await;
+        let first = time_to_ready(env, name, 1, None).await.max(started.elapsed());
+        spec["replicas"] = json!(2);
+        env.apply_ms_v1beta1(name, spec).await;
+        let second = time_to_ready(env, name, 2, None).await;
+        let pods = env
+            .api::<Pod>()
+            .list(&ListParams::default().labels(&format!(
+                "{INSTANCE_LABEL}={name},app.kubernetes.io/name=modelservice"
+            )))
+            .await
+            .expect("pods");
+        let victim = pods.items[0].metadata.name.clone().unwrap_or_default();
+        env.api::<Pod>()
+            .delete(&victim, &DeleteParams::default())
+            .await
+            .expect("a restart");
+        let restart = time_to_ready(env, name, 2, Some(&victim)).await;
+        let served = w.hub.bytes_served();
+        let starts = if cached { 1 } else { 3 };
+        assert!(
+            served >= starts * model && served < (starts + 1) * model,
+            "{name}: {served} bytes served, {starts} downloads of {model} expected"
+        );
+        figures.push(format!(
+            "{name}: first replica {:.1} s, second replica {:.1} s, restart {:.1} s, {} MiB from the hub",
+            first.as_secs_f64(),
+            second.as_secs_f64(),
+            restart.as_secs_f64(),
+            served / MIB
+        ));
+        env.ms_api()
+            .delete(name, &DeleteParams::default())
+            .await
+            .expect("deleted");
+    }
+    for f in figures {
+        println!("WEIGHTS-BENCH {f}");
+    }
+    w.finish().await;
+}

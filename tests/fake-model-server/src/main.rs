@@ -9,6 +9,7 @@
 //! connections, finish the requests in flight, exit 0.
 
 mod api;
+mod download;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -79,6 +80,18 @@ async fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // No cache: the model comes from the hub first, as on every start of a
+    // server that downloads it itself.
+    if let Ok(urls) = std::env::var("FAKE_DOWNLOAD") {
+        let urls: Vec<String> = urls.split(',').map(str::to_string).collect();
+        match download::fetch_all(&urls).await {
+            Ok(bytes) => log(format_args!("downloaded {bytes} bytes of {}", launch.model)),
+            Err(e) => {
+                eprintln!("fake-model-server: download failed: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
     // A model given as a path is read whole, as a real server loads its
     // weights: a pod whose volume lacks them fails here, visibly.
     if launch.model.starts_with('/') {
