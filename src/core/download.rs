@@ -121,7 +121,9 @@ impl WeightsSeen {
         };
         let (phase, progress, message) = match &self.download {
             None => ("Mounted", None, None),
-            Some(Download::Pending(why)) => ("Pending", None, Some(why.clone())),
+            Some(Download::Pending(why)) => {
+                ("Pending", Some("waiting to start".to_string()), Some(why.clone()))
+            }
             Some(Download::Running(p)) => (
                 "Downloading",
                 Some(
@@ -138,7 +140,11 @@ impl WeightsSeen {
                 }),
                 None,
             ),
-            Some(Download::Failed { message, .. }) => ("Failed", None, Some(message.clone())),
+            Some(Download::Failed { too_small, message }) => (
+                "Failed",
+                Some(if *too_small { "claim too small" } else { "failed" }.to_string()),
+                Some(message.clone()),
+            ),
         };
         let as_i64 = |n: u64| i64::try_from(n).ok();
         ModelWeightsStatus {
@@ -184,6 +190,11 @@ pub fn progress_text(p: &Progress) -> String {
         u128::from(p.done_bytes.min(p.total_bytes)) * 100 / u128::from(p.total_bytes)
     };
     let mut text = format!("{percent}% of {}", human_bytes(p.total_bytes));
+    if p.done_bytes >= p.total_bytes {
+        // Every byte is in; the last file's digest is being checked.
+        text.push_str(", verifying");
+        return text;
+    }
     if p.bytes_per_second > 0 {
         text.push_str(&format!(", {}/s", human_bytes(p.bytes_per_second)));
     }
@@ -262,6 +273,11 @@ mod tests {
         assert_eq!(human_bytes(3 * 1024 * GIB), "3.0 TiB");
         assert_eq!(human_bytes(u64::MAX), "16777216.0 TiB");
         assert_eq!(time_left(20), "less than a minute left");
+        let done = Progress {
+            done_bytes: 86 * GIB,
+            ..p
+        };
+        assert_eq!(progress_text(&done), "100% of 86.0 GiB, verifying");
         assert_eq!(time_left(7200), "about 2 h left");
     }
 
