@@ -40,6 +40,24 @@ async fn a_converged_operator_makes_no_writes_across_resyncs() {
             "autoscaling": {"maxReplicas": 2}}),
     )
     .await;
+    // Weights from a cache: the claim and a Job that completed, whose
+    // completion is read once, not on every resync.
+    env.apply_ms_v1beta1(
+        "calm-cached",
+        serde_json::json!({"model": {"name": "m", "source": {"uri": crate::weights::source("rev1")},
+            "cache": {"size": "1Gi"}},
+            "runtime": {"image": serving_image()}, "resources": {"gpus": 0}}),
+    )
+    .await;
+    let job = crate::weights::the_job(&env, "calm-cached", "rev1").await;
+    crate::weights::play_end(
+        &env,
+        &crate::weights::job_name(&job),
+        serde_json::json!({"result": "Complete", "totalBytes": 1024, "files": 1, "downloadedBytes": 1024}),
+        false,
+    )
+    .await;
+    wait_ready(&env, "calm-cached").await;
     wait_ready(&env, "calm").await;
     wait_ready(&env, "calm-groups").await;
     wait_ready(&env, "calm-auto").await;
@@ -61,6 +79,15 @@ async fn a_converged_operator_makes_no_writes_across_resyncs() {
         reconciles_after >= reconciles_before + 4.0,
         "expected several resync reconciles in 5 s, saw {reconciles_before} -> {reconciles_after}"
     );
-    let wrote = writes(&after.since(&before));
+    let window = after.since(&before);
+    let wrote = writes(&window);
     assert!(wrote.is_empty(), "a converged operator wrote: {wrote:?}");
+    let pod_reads: Vec<_> = calls(&window)
+        .into_iter()
+        .filter(|(_, r)| r.starts_with("pods"))
+        .collect();
+    assert!(
+        pod_reads.is_empty(),
+        "a complete download is not read again: {pod_reads:?}"
+    );
 }

@@ -40,7 +40,7 @@ const REAL_NODE_LABEL: &str = "realnode/real";
 /// the throttled rate, plus pulls and binds).
 const DOWNLOAD: Duration = Duration::from_secs(120);
 
-fn source(revision: &str) -> String {
+pub(crate) fn source(revision: &str) -> String {
     format!("hf://{MODEL}@{revision}")
 }
 
@@ -197,7 +197,7 @@ async fn jobs_of(env: &Env, name: &str) -> Vec<Job> {
         .unwrap_or_default()
 }
 
-async fn the_job(env: &Env, name: &str, revision: &str) -> Job {
+pub(crate) async fn the_job(env: &Env, name: &str, revision: &str) -> Job {
     let uri = source(revision);
     wait_for(&format!("the download Job of {uri}"), CONVERGE, || async {
         jobs_of(env, name)
@@ -208,7 +208,7 @@ async fn the_job(env: &Env, name: &str, revision: &str) -> Job {
     .await
 }
 
-fn job_name(j: &Job) -> String {
+pub(crate) fn job_name(j: &Job) -> String {
     j.metadata.name.clone().unwrap_or_default()
 }
 
@@ -255,7 +255,7 @@ async fn play_pod(env: &Env, job: &str, log: &str) {
 
 /// Plays the end of the Job: its pod's termination message (on the fake)
 /// and the Job's conditions, as the Job controller writes them.
-async fn play_end(env: &Env, job: &str, outcome: Value, failed: bool) {
+pub(crate) async fn play_end(env: &Env, job: &str, outcome: Value, failed: bool) {
     if !real_cluster() {
         play_pod(env, job, "").await;
         let terminated = json!({"exitCode": if failed { 3 } else { 0 },
@@ -449,24 +449,7 @@ async fn a_source_is_downloaded_once_and_every_pod_starts_from_it() {
     })
     .await;
     if real_node() {
-        let pods = env
-            .api::<Pod>()
-            .list(&ListParams::default().labels(&format!(
-                "{INSTANCE_LABEL}={name},app.kubernetes.io/name=modelservice"
-            )))
-            .await
-            .expect("pods");
-        let first = pods.items[0].metadata.name.clone().unwrap_or_default();
-        env.api::<Pod>()
-            .delete(&first, &DeleteParams::default())
-            .await
-            .expect("a restart");
-        wait_for("the restarted pod ready", CONVERGE, || async {
-            let ms = get_ms(env, name).await?;
-            let gone = env.api::<Pod>().get_opt(&first).await.ok()?.is_none();
-            (gone && ms.status.as_ref().and_then(|s| s.ready_replicas) == Some(2)).then_some(())
-        })
-        .await;
+        restart_a_pod(env, name).await;
     }
     assert_eq!(
         w.hub.bytes_served(),
@@ -634,6 +617,24 @@ async fn a_killed_download_resumes_where_it_was() {
     w.finish().await;
 }
 
+/// Deletes one serving pod of `name` (of two) and waits until its
+/// replacement is ready; how long that took.
+async fn restart_a_pod(env: &Env, name: &str) -> Duration {
+    let pods = env
+        .api::<Pod>()
+        .list(&ListParams::default().labels(&format!(
+            "{INSTANCE_LABEL}={name},app.kubernetes.io/name=modelservice"
+        )))
+        .await
+        .expect("pods");
+    let victim = pods.items[0].metadata.name.clone().unwrap_or_default();
+    env.api::<Pod>()
+        .delete(&victim, &DeleteParams::default())
+        .await
+        .expect("a restart");
+    time_to_ready(env, name, 2, Some(&victim)).await
+}
+
 /// Ready replicas of `name` once the pod `gone` (if any) has left.
 async fn time_to_ready(env: &Env, name: &str, replicas: i32, gone: Option<&str>) -> Duration {
     let started = std::time::Instant::now();
@@ -691,19 +692,7 @@ async fn cold_starts_download_once_with_the_cache_and_every_time_without() {
         spec["replicas"] = json!(2);
         env.apply_ms_v1beta1(name, spec).await;
         let second = time_to_ready(env, name, 2, None).await;
-        let pods = env
-            .api::<Pod>()
-            .list(&ListParams::default().labels(&format!(
-                "{INSTANCE_LABEL}={name},app.kubernetes.io/name=modelservice"
-            )))
-            .await
-            .expect("pods");
-        let victim = pods.items[0].metadata.name.clone().unwrap_or_default();
-        env.api::<Pod>()
-            .delete(&victim, &DeleteParams::default())
-            .await
-            .expect("a restart");
-        let restart = time_to_ready(env, name, 2, Some(&victim)).await;
+        let restart = restart_a_pod(env, name).await;
         let served = w.hub.bytes_served();
         let starts = if cached { 1 } else { 3 };
         assert!(
