@@ -121,9 +121,11 @@ impl WeightsSeen {
         };
         let (phase, progress, message) = match &self.download {
             None => ("Mounted", None, None),
-            Some(Download::Pending(why)) => {
-                ("Pending", Some("waiting to start".to_string()), Some(why.clone()))
-            }
+            Some(Download::Pending(why)) => (
+                "Pending",
+                Some("waiting to start".to_string()),
+                Some(why.clone()),
+            ),
             Some(Download::Running(p)) => (
                 "Downloading",
                 Some(
@@ -142,7 +144,14 @@ impl WeightsSeen {
             ),
             Some(Download::Failed { too_small, message }) => (
                 "Failed",
-                Some(if *too_small { "claim too small" } else { "failed" }.to_string()),
+                Some(
+                    if *too_small {
+                        "claim too small"
+                    } else {
+                        "failed"
+                    }
+                    .to_string(),
+                ),
                 Some(message.clone()),
             ),
         };

@@ -123,6 +123,50 @@ async fn every_call_the_operator_makes_is_granted() {
             .then_some(())
     })
     .await;
+    // The weights cache: the claim and a Job, the progress from the Job's
+    // log, a new revision (the old Job deleted), then no source (the
+    // claim deleted).
+    let cached = |rev: Option<&str>| {
+        let mut s = json!({"model": {"name": "m"}, "runtime": {"image": serving_image()},
+            "resources": {"gpus": 0}});
+        if let Some(rev) = rev {
+            s["model"]["source"] = json!({"uri": crate::weights::source(rev)});
+            s["model"]["cache"] = json!({"size": "1Gi"});
+        }
+        s
+    };
+    env.apply_ms_v1beta1("rbac-cached", cached(Some("rev1")))
+        .await;
+    let job = crate::weights::job_name(&crate::weights::the_job(&env, "rbac-cached", "rev1").await);
+    let line = json!({"progress": {"doneBytes": 1, "totalBytes": 2, "bytesPerSecond": 1, "files": 0, "totalFiles": 1}});
+    crate::weights::play_pod(&env, &job, &format!("{line}\n")).await;
+    wait_ms(
+        &env,
+        "rbac-cached",
+        "the download's progress",
+        CONVERGE,
+        |ms| {
+            ms.status
+                .as_ref()
+                .and_then(|s| s.model.as_ref())
+                .is_some_and(|m| m.done_bytes == Some(1))
+        },
+    )
+    .await;
+    let done = json!({"result": "Complete", "totalBytes": 2, "files": 1, "downloadedBytes": 2});
+    crate::weights::play_end(&env, &job, done, false).await;
+    wait_ready(&env, "rbac-cached").await;
+    env.apply_ms_v1beta1("rbac-cached", cached(Some("rev2")))
+        .await;
+    gone::<k8s_openapi::api::batch::v1::Job>(&env, &job, "rev1's Job").await;
+    env.apply_ms_v1beta1("rbac-cached", cached(None)).await;
+    gone::<k8s_openapi::api::core::v1::PersistentVolumeClaim>(
+        &env,
+        "rbac-cached-weights",
+        "the claim",
+    )
+    .await;
+
     env.api::<modelservice_operator::api::ModelService>()
         .delete("rbac", &Default::default())
         .await
@@ -152,6 +196,11 @@ async fn every_call_the_operator_makes_is_granted() {
         ("patch", "inferencepools"),
         ("patch", "leaderworkersets"),
         ("delete", "leaderworkersets"),
+        ("patch", "persistentvolumeclaims"),
+        ("delete", "persistentvolumeclaims"),
+        ("patch", "jobs"),
+        ("delete", "jobs"),
+        ("get", "pods/log"),
     ] {
         assert!(
             used.contains(&(verb.to_string(), resource.to_string())),

@@ -221,7 +221,7 @@ fn ready(ms: &ModelService) -> (String, String) {
 }
 
 /// Plays the Job's pod on the fake: running, with `log` as what it printed.
-async fn play_pod(env: &Env, job: &str, log: &str) {
+pub(crate) async fn play_pod(env: &Env, job: &str, log: &str) {
     let pods = env.api::<Pod>();
     let name = format!("{job}-play");
     let pod: Pod = serde_json::from_value(json!({
@@ -659,7 +659,9 @@ async fn time_to_ready(env: &Env, name: &str, replicas: i32, gone: Option<&str>)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cold_starts_download_once_with_the_cache_and_every_time_without() {
     if !real_node() {
-        eprintln!("SKIPPED cold_starts_download_once_with_the_cache_and_every_time_without: it times real pods");
+        eprintln!(
+            "SKIPPED cold_starts_download_once_with_the_cache_and_every_time_without: it times real pods"
+        );
         return;
     }
     let w = World::new("1Gi").await;
@@ -669,7 +671,13 @@ async fn cold_starts_download_once_with_the_cache_and_every_time_without() {
     // large model's does: 240 MiB at 8 MiB/s is 30 s, as 140 GB of a 70B
     // model is about 6 min at 400 MB/s.
     w.hub.set_rate_limit(8 * MIB);
-    let port = w.hub.url().rsplit(':').next().unwrap_or_default().to_string();
+    let port = w
+        .hub
+        .url()
+        .rsplit(':')
+        .next()
+        .unwrap_or_default()
+        .to_string();
     let hub = format!("http://{}:{port}", node_ip(env).await);
     let files: Vec<String> = repos(true)[0]
         .files
@@ -679,7 +687,11 @@ async fn cold_starts_download_once_with_the_cache_and_every_time_without() {
 
     let mut figures = Vec::new();
     for cached in [false, true] {
-        let name = if cached { "with-cache" } else { "without-cache" };
+        let name = if cached {
+            "with-cache"
+        } else {
+            "without-cache"
+        };
         let mut spec = w.spec("rev1", "1Gi");
         if !cached {
             spec["model"] = json!({"name": MODEL});
@@ -688,7 +700,9 @@ async fn cold_starts_download_once_with_the_cache_and_every_time_without() {
         w.hub.reset_counts();
         let started = std::time::Instant::now();
         env.apply_ms_v1beta1(name, spec.clone()).await;
-        let first = time_to_ready(env, name, 1, None).await.max(started.elapsed());
+        let first = time_to_ready(env, name, 1, None)
+            .await
+            .max(started.elapsed());
         spec["replicas"] = json!(2);
         env.apply_ms_v1beta1(name, spec).await;
         let second = time_to_ready(env, name, 2, None).await;
