@@ -567,7 +567,9 @@ async fn a_killed_download_resumes_where_it_was() {
     }
     let w = World::new("1Gi").await;
     let (env, name) = (&w.env, "resumed");
-    w.hub.set_rate_limit(16 * MIB);
+    // 30 s for the model: the kill comes well before its end, though
+    // status is read every 5 s.
+    w.hub.set_rate_limit(8 * MIB);
     env.apply_ms_v1beta1(name, w.spec("rev1", "1Gi")).await;
     let job = job_name(&the_job(env, name, "rev1").await);
     let total = 2048 + 240 * MIB;
