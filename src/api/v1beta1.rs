@@ -175,11 +175,11 @@ pub struct Model {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelSource {
-    /// hf://org/name@revision (a Hugging Face repository at a commit or tag), http(s)://host/path/file#sha256=<64 hex> (one file and its digest), or pvc://claim/path (a directory in an existing claim of this namespace, mounted as it is; nothing is downloaded). Changing it downloads the new source beside the old one, which keeps serving until the download is complete; then the pods roll.
-    #[schemars(length(min = 1, max = crate::core::model_source::MAX_URI), regex(pattern = r"^(hf|https?|pvc)://"))]
+    /// hf://org/name@revision (a Hugging Face repository at a commit or tag), s3://bucket/prefix (every object under a prefix, one prefix per revision; S3 or an S3-compatible store), http(s)://host/path/file#sha256=<64 hex> (one file and its digest), or pvc://claim/path (a directory in an existing claim of this namespace, mounted as it is; nothing is downloaded). Changing it downloads the new source beside the old one, which keeps serving until the download is complete; then the pods roll.
+    #[schemars(length(min = 1, max = crate::core::model_source::MAX_URI), regex(pattern = r"^(hf|s3|https?|pvc)://"))]
     pub uri: String,
 
-    /// A Secret of this namespace whose keys become the download Job's environment (never the serving pods'): HF_TOKEN for hf://, BEARER_TOKEN for http(s)://.
+    /// A Secret of this namespace whose keys become the download Job's environment (never the serving pods'): HF_TOKEN for hf://; AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL for an S3-compatible store) for s3://; BEARER_TOKEN for http(s)://.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub credentials_secret: Option<String>,

@@ -5,7 +5,9 @@
 //! A source must name one immutable set of files. A Hugging Face source
 //! carries its revision after `@`, an HTTP file its SHA-256 after
 //! `#sha256=` (pip's spelling), so that two pods, or a pod and a restart,
-//! can never serve different bytes under one spec. A claim path is the
+//! can never serve different bytes under one spec. An S3 prefix has no
+//! revision of its own: the convention (KServe's, MLflow's) is a prefix per
+//! revision, and the download records each object's ETag. A claim path is the
 //! platform's own pre-filled volume: nothing is downloaded, and its content is
 //! whatever the claim holds.
 
@@ -30,6 +32,14 @@ pub enum Source {
         url: String,
         /// The file's SHA-256, lowercase hex.
         sha256: String,
+    },
+    /// `s3://bucket/prefix`: every object under the prefix (or the one
+    /// object it names), from S3 or an S3-compatible store.
+    S3 {
+        /// The bucket.
+        bucket: String,
+        /// The key prefix, without leading or trailing `/`.
+        prefix: String,
     },
     /// `pvc://claim/path`: a directory in an existing claim of the namespace.
     Claim {
@@ -72,13 +82,11 @@ pub fn parse(uri: &str) -> Result<Source, BadSource> {
     if let Some(rest) = uri.strip_prefix("pvc://") {
         return claim(rest);
     }
-    if uri.starts_with("s3://") {
-        return Err(bad(
-            "s3:// sources are not supported yet: use an https:// URL of the object (a presigned URL works) with #sha256=, or a pvc:// path",
-        ));
+    if let Some(rest) = uri.strip_prefix("s3://") {
+        return s3(rest);
     }
     Err(bad(
-        "must start with hf://, http://, https:// or pvc:// (for example hf://meta-llama/Llama-3.1-8B-Instruct@<commit>)",
+        "must start with hf://, s3://, http://, https:// or pvc:// (for example hf://meta-llama/Llama-3.1-8B-Instruct@<commit>)",
     ))
 }
 
@@ -146,6 +154,43 @@ fn http(uri: &str) -> Result<Source, BadSource> {
     })
 }
 
+/// An S3 prefix has no revision of its own: a prefix per revision
+/// (`s3://models/llama/2024-07-23`) is the pin, and a new prefix is a new
+/// download.
+fn s3(rest: &str) -> Result<Source, BadSource> {
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let bucket_ok = (3..=63).contains(&bucket.len())
+        && bucket
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && !bucket.starts_with(['-', '.'])
+        && !bucket.ends_with(['-', '.']);
+    if !bucket_ok {
+        return Err(bad(
+            "s3:// needs a bucket name (3 to 63 lowercase letters, digits, '-' and '.') then the prefix: s3://<bucket>/<prefix>",
+        ));
+    }
+    let prefix = prefix.trim_matches('/');
+    if prefix.is_empty() || !prefix.split('/').all(segment_ok) {
+        return Err(bad(
+            "s3:// needs a prefix after the bucket (one per revision, for example s3://models/llama/2024-07-23), of letters, digits, '-', '_' and '.' (no '..')",
+        ));
+    }
+    Ok(Source::S3 {
+        bucket: bucket.to_string(),
+        prefix: prefix.to_string(),
+    })
+}
+
+/// One directory name of a path in a source: no `.`, `..` or oddities.
+fn segment_ok(s: &str) -> bool {
+    !s.is_empty()
+        && s != "."
+        && s != ".."
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
 fn claim(rest: &str) -> Result<Source, BadSource> {
     let (claim, path) = rest.split_once('/').unwrap_or((rest, ""));
     if !is_dns_subdomain(claim) {
@@ -154,13 +199,6 @@ fn claim(rest: &str) -> Result<Source, BadSource> {
         ));
     }
     let path = path.trim_matches('/');
-    let segment_ok = |s: &str| {
-        !s.is_empty()
-            && s != "."
-            && s != ".."
-            && s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-    };
     if !path.is_empty() && !path.split('/').all(segment_ok) {
         return Err(bad(
             "the path after the claim must be directories of letters, digits, '-', '_' and '.' (no '..')",
@@ -201,6 +239,10 @@ impl Source {
                     .to_string(),
                 format!("{url}#sha256={sha256}"),
             ),
+            Source::S3 { bucket, prefix } => (
+                prefix.rsplit('/').next().unwrap_or(bucket).to_string(),
+                format!("s3://{bucket}/{prefix}"),
+            ),
             Source::Claim { claim, path } => (claim.clone(), format!("pvc://{claim}/{path}")),
         };
         let readable: String = readable
@@ -223,7 +265,7 @@ impl Source {
         match self {
             Source::HuggingFace { revision, .. } => Some(revision),
             Source::Http { sha256, .. } => Some(sha256),
-            Source::Claim { .. } => None,
+            Source::S3 { .. } | Source::Claim { .. } => None,
         }
     }
 }
@@ -335,9 +377,23 @@ mod tests {
     }
 
     #[test]
+    fn s3_needs_a_bucket_and_a_prefix() {
+        assert_eq!(
+            parse("s3://models/llama/2024-07-23/").unwrap(),
+            Source::S3 {
+                bucket: "models".into(),
+                prefix: "llama/2024-07-23".into()
+            }
+        );
+        for uri in ["s3://models", "s3://models/", "s3://Models/x", "s3://m/x", "s3://models/a/../b"] {
+            assert!(parse(uri).is_err(), "{uri}");
+        }
+        let k = parse("s3://models/llama/2024-07-23").unwrap().key();
+        assert!(k.starts_with("2024-07-23-"), "{k}");
+    }
+
+    #[test]
     fn other_schemes_say_what_works() {
-        let e = parse("s3://bucket/llama").unwrap_err();
-        assert!(e.0.contains("not supported"), "{e}");
         let e = parse("ftp://x/y").unwrap_err();
         assert!(e.0.contains("hf://"), "{e}");
     }
