@@ -77,6 +77,10 @@ fn fetch_command(args: FetchArgs) -> ExitCode {
         hf_endpoint: args.hf_endpoint,
         hf_token: token("HF_TOKEN"),
         bearer_token: token("BEARER_TOKEN"),
+        // AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
+        // AWS_REGION/AWS_DEFAULT_REGION, AWS_ENDPOINT_URL(_S3): environment
+        // only, like the tokens, so that no key shows in the pod's command.
+        s3: fetch::S3Config::from_env(),
     };
     let code = rt.block_on(fetch::run(
         &req,

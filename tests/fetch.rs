@@ -2,16 +2,18 @@
 //! `fake_apiserver::weights_server` on loopback with a tempdir as the
 //! volume: a download, a restart that downloads nothing, resumes within a
 //! run and across runs, a volume too small, a corrupted byte, refusals,
-//! an http source, and the clean-up of old revisions.
+//! an http source, the clean-up of old revisions, and s3:// sources
+//! against the same server's S3 endpoints (signed requests, paging, a
+//! resume, a refused key, a prefix that is one object).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Parser;
-use fake_apiserver::weights_server::{Repo, WeightsServer};
+use fake_apiserver::weights_server::{Bucket, Repo, WeightsServer};
 use modelservice_operator::fetch::{
     self, EXIT_FAILED, EXIT_PERMANENT, EXIT_VOLUME_TOO_SMALL, FetchOptions, FetchRequest, MARKER,
-    Outcome, OutcomeKind, Progress, ProgressLine,
+    Outcome, OutcomeKind, Progress, ProgressLine, S3Config,
 };
 use modelservice_operator::runtime::cli::{Cli, Command};
 use ring::digest;
@@ -55,6 +57,28 @@ impl Volume {
             hf_endpoint: server.url(),
             hf_token: None,
             bearer_token: None,
+            s3: S3Config::default(),
+        }
+    }
+
+    /// An s3:// source on the server's S3 endpoints, signed with
+    /// `(access key, secret key)` when given.
+    fn s3_request(
+        &self,
+        server: &WeightsServer,
+        source: &str,
+        key: &str,
+        keys: Option<(&str, &str)>,
+    ) -> FetchRequest {
+        FetchRequest {
+            s3: S3Config {
+                access_key_id: keys.map(|(id, _)| id.to_string()),
+                secret_access_key: keys.map(|(_, secret)| secret.to_string()),
+                session_token: None,
+                region: Some(S3_REGION.into()),
+                endpoint: Some(server.url()),
+            },
+            ..self.request(server, source, key)
         }
     }
 
@@ -351,7 +375,7 @@ async fn sources_that_cannot_work_exit_permanent() {
     assert!(!vol.path().join("escaped.bin").exists());
     assert!(!vol.path().join("k/ok.bin").exists(), "nothing is fetched");
 
-    for uri in ["pvc://weights/llama", "s3://bucket/x", "hf://org/model"] {
+    for uri in ["pvc://weights/llama", "s3://models", "hf://org/model"] {
         let ran = vol.run(&vol.request(&srv, uri, "k"), &quick(5)).await;
         assert_eq!(ran.code, EXIT_PERMANENT, "{uri}");
         assert_eq!(ran.outcome.result, OutcomeKind::Failed);
@@ -451,6 +475,289 @@ async fn old_revisions_are_removed_except_the_kept_ones() {
     assert!(!vol.path().join("model-rev0").exists());
     assert!(vol.path().join("model-serving/w.bin.part").exists());
     assert!(vol.path().join("model-rev1/w.bin").exists());
+}
+
+const BUCKET: &str = "models";
+const S3_REGION: &str = "eu-central-1";
+const AKID: &str = "AKIDFETCHTEST";
+const SECRET: &str = "fetch/test+secret";
+
+async fn s3_server(objects: &[(&str, u64)]) -> WeightsServer {
+    let srv = WeightsServer::start_with_buckets(
+        "127.0.0.1:0".parse().expect("addr"),
+        vec![Bucket::new(BUCKET, objects)],
+    )
+    .await
+    .expect("the weights server starts");
+    srv.require_s3_key(Some(AKID));
+    srv.verify_s3_signatures(Some(SECRET));
+    srv
+}
+
+/// The path of an object as the client sends it (SigV4's encoding).
+fn object_path(key: &str) -> String {
+    let encoded: String = key
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    format!("/{BUCKET}/{encoded}")
+}
+
+const S3_FILES: [(&str, u64); 4] = [
+    ("config.json", 2_000),
+    ("notes & more.txt", 100),
+    ("weights/model-00001.safetensors", 3 * MIB),
+    ("weights/model-00002.safetensors", 2 * MIB + 17),
+];
+
+#[tokio::test]
+async fn an_s3_prefix_downloads_signed_and_paged_and_then_a_restart_downloads_nothing() {
+    let mut objects: Vec<(String, u64)> = S3_FILES
+        .iter()
+        .map(|(p, s)| (format!("llama/v1/{p}"), *s))
+        .collect();
+    // A console's folder marker, a sibling prefix and an older revision:
+    // none of them is part of the model.
+    objects.push(("llama/v1/".into(), 0));
+    objects.push(("llama/v10/other.bin".into(), 10));
+    objects.push(("llama/v0/old.bin".into(), 10));
+    let objects: Vec<(&str, u64)> = objects.iter().map(|(k, s)| (k.as_str(), *s)).collect();
+    let srv = s3_server(&objects).await;
+    srv.set_page_size(2);
+    srv.set_rate_limit(8 * MIB);
+    let vol = Volume::new();
+    let uri = "s3://models/llama/v1";
+    let req = vol.s3_request(&srv, uri, "v1", Some((AKID, SECRET)));
+    let total: u64 = S3_FILES.iter().map(|(_, s)| s).sum();
+
+    let ran = vol.run(&req, &quick(5)).await;
+    assert_eq!(ran.code, 0, "{:?}", ran.outcome);
+    assert_eq!(ran.outcome, Outcome::complete(total, 4, total));
+    let dir = vol.path().join("v1");
+    for (path, size) in S3_FILES {
+        let on_disk = std::fs::read(dir.join(path)).expect("downloaded");
+        let expected = srv
+            .object_content(BUCKET, &format!("llama/v1/{path}"), 0, size as usize)
+            .expect("served");
+        assert!(on_disk == expected, "{path} has the served bytes");
+        assert!(!part(dir.join(path)).exists(), "no part left of {path}");
+    }
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .expect("the model's directory")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [MARKER, "config.json", "notes & more.txt", "weights"],
+        "nothing from beside the prefix, no folder marker"
+    );
+    let marker: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join(MARKER)).expect("the marker"))
+            .expect("JSON");
+    assert_eq!(
+        marker,
+        serde_json::json!({"source": uri, "revision": "", "files": 4, "bytes": total})
+    );
+
+    // The listing: 5 keys under llama/v1/ (the marker too), 2 a page, each
+    // page asked with the last one's token, encoded.
+    let pages: Vec<_> = srv
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == format!("/{BUCKET}"))
+        .collect();
+    assert_eq!(pages.len(), 3, "{pages:?}");
+    assert_eq!(
+        pages[0].query.as_deref(),
+        Some("list-type=2&prefix=llama%2Fv1%2F")
+    );
+    assert_eq!(
+        pages[1].query.as_deref(),
+        Some("list-type=2&prefix=llama%2Fv1%2F&continuation-token=2%2Ftok%2B%3D")
+    );
+    // Every request signed by the key, for the region; the server checked
+    // each signature against the secret as it received the request.
+    let credential = format!("AWS4-HMAC-SHA256 Credential={AKID}/");
+    let scope = format!("/{S3_REGION}/s3/aws4_request,");
+    for r in srv.requests() {
+        let auth = r.authorization.unwrap_or_default();
+        assert!(auth.starts_with(&credential), "{}: {auth}", r.path);
+        assert!(auth.contains(&scope), "{}: {auth}", r.path);
+        assert!(
+            auth.contains("SignedHeaders=host;x-amz-content-sha256;x-amz-date,"),
+            "{}: {auth}",
+            r.path
+        );
+    }
+    assert_eq!(
+        srv.request_count(&object_path("llama/v1/notes & more.txt")),
+        1
+    );
+    assert_eq!(srv.request_count(&object_path("llama/v10/other.bin")), 0);
+
+    // Progress: a line at the start, lines while it runs, the last at 100%.
+    let p = &ran.progress;
+    assert!(p.len() >= 3, "{p:?}");
+    assert_eq!(
+        (p[0].done_bytes, p[0].total_bytes, p[0].total_files),
+        (0, total, 4)
+    );
+    let last = p[p.len() - 1];
+    assert_eq!((last.done_bytes, last.files), (total, 4));
+    assert!(
+        p.windows(2).all(|w| w[0].done_bytes <= w[1].done_bytes),
+        "{p:?}"
+    );
+    assert!(p.iter().any(|l| l.done_bytes > 0 && l.done_bytes < total));
+
+    // A restart: the marker answers, the store sees nothing.
+    srv.reset_counts();
+    let again = vol.run(&req, &quick(5)).await;
+    assert_eq!(again.code, 0, "{:?}", again.outcome);
+    assert_eq!(again.outcome, Outcome::complete(total, 4, 0));
+    assert_eq!(srv.bytes_served(), 0);
+    assert!(srv.requests().is_empty(), "{:?}", srv.requests());
+}
+
+#[tokio::test]
+async fn an_s3_download_cut_short_resumes_with_a_signed_range() {
+    let size = 4 * MIB;
+    let key = "llama/v1/w.bin";
+    let srv = s3_server(&[(key, size)]).await;
+    let vol = Volume::new();
+    let mut req = vol.s3_request(&srv, "s3://models/llama/v1", "k", Some((AKID, SECRET)));
+    // Temporary credentials: the token is sent and signed.
+    req.s3.session_token = Some("session/token+=".into());
+    let cut = MIB + 5;
+    srv.cut_next_response_after(cut);
+
+    let ran = vol.run(&req, &quick(5)).await;
+    assert_eq!(ran.code, 0, "{:?}", ran.outcome);
+    let gets: Vec<_> = srv
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == object_path(key))
+        .collect();
+    assert_eq!(gets.len(), 2, "{gets:?}");
+    assert_eq!(gets[0].range, None);
+    let from: u64 = gets[1]
+        .range
+        .as_deref()
+        .and_then(|r| r.strip_prefix("bytes=")?.strip_suffix('-')?.parse().ok())
+        .unwrap_or_else(|| panic!("a resume from a byte: {:?}", gets[1].range));
+    assert!(from > 0 && from <= cut, "{from}");
+    let auth = gets[1].authorization.clone().unwrap_or_default();
+    assert!(
+        auth.contains(
+            "SignedHeaders=host;range;x-amz-content-sha256;x-amz-date;x-amz-security-token,"
+        ),
+        "the range and the token are signed: {auth}"
+    );
+    assert_eq!(srv.bytes_served(), cut + (size - from));
+    assert_eq!(ran.outcome.downloaded_bytes, Some(size));
+    assert_eq!(
+        Some(sha256_file(&vol.path().join("k/w.bin"))),
+        srv.object_sha256(BUCKET, key)
+    );
+}
+
+#[tokio::test]
+async fn s3_without_the_right_key_exits_permanent_and_names_the_refusal() {
+    let srv = s3_server(&[("llama/v1/w.bin", 1000)]).await;
+    let vol = Volume::new();
+    let uri = "s3://models/llama/v1";
+
+    for (keys, reason) in [
+        (None, "AccessDenied"),
+        (Some(("AKIDOTHER", SECRET)), "AccessDenied"),
+        (Some((AKID, "not-the-secret")), "SignatureDoesNotMatch"),
+    ] {
+        srv.reset_counts();
+        let ran = vol
+            .run(&vol.s3_request(&srv, uri, "k", keys), &quick(5))
+            .await;
+        assert_eq!(ran.code, EXIT_PERMANENT, "{keys:?}: {:?}", ran.outcome);
+        assert_eq!(ran.outcome.result, OutcomeKind::Failed);
+        let msg = ran.outcome.message.unwrap_or_default();
+        assert!(msg.contains("s3://models/llama/v1/"), "{msg}");
+        assert!(msg.contains("403 Forbidden"), "{msg}");
+        assert!(msg.contains(reason), "{msg}");
+        assert!(!msg.contains("not-the-secret"), "{msg}");
+        assert_eq!(srv.requests().len(), 1, "a 403 is not retried");
+        let sent = srv.requests()[0].authorization.clone();
+        assert_eq!(sent.is_none(), keys.is_none(), "unsigned without keys");
+        assert!(!vol.path().join("k/w.bin").exists());
+    }
+
+    // A public bucket: no key, no signature, no refusal.
+    let srv = s3_server(&[("llama/v1/w.bin", 1000)]).await;
+    srv.require_s3_key(None);
+    srv.verify_s3_signatures(None);
+    let ran = vol
+        .run(&vol.s3_request(&srv, uri, "k", None), &quick(5))
+        .await;
+    assert_eq!(
+        ran.code, 0,
+        "a public bucket needs no key: {:?}",
+        ran.outcome
+    );
+    assert!(srv.requests().iter().all(|r| r.authorization.is_none()));
+}
+
+#[tokio::test]
+async fn an_s3_prefix_that_is_one_object_downloads_that_file() {
+    let size = MIB + 3;
+    let srv = s3_server(&[("llama/model.gguf", size), ("llama/model.gguf.md", 5)]).await;
+    let vol = Volume::new();
+    let uri = "s3://models/llama/model.gguf";
+    let req = vol.s3_request(&srv, uri, "gguf", Some((AKID, SECRET)));
+
+    let ran = vol.run(&req, &quick(5)).await;
+    assert_eq!(ran.code, 0, "{:?}", ran.outcome);
+    assert_eq!(ran.outcome, Outcome::complete(size, 1, size));
+    assert_eq!(ran.progress[0].total_bytes, size, "HEAD gave the size");
+    let methods: Vec<_> = srv
+        .requests()
+        .into_iter()
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert_eq!(
+        methods,
+        [
+            format!("GET /{BUCKET}"),
+            format!("HEAD /{BUCKET}/llama/model.gguf"),
+            format!("GET /{BUCKET}/llama/model.gguf"),
+        ]
+    );
+    assert_eq!(
+        Some(sha256_file(&vol.path().join("gguf/model.gguf"))),
+        srv.object_sha256(BUCKET, "llama/model.gguf")
+    );
+    let names: Vec<_> = std::fs::read_dir(vol.path().join("gguf"))
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n != MARKER)
+        .collect();
+    assert_eq!(names, ["model.gguf"]);
+
+    // Neither a prefix nor an object: a permanent 404.
+    let missing = vol
+        .run(
+            &vol.s3_request(&srv, "s3://models/llama/none", "none", Some((AKID, SECRET))),
+            &quick(5),
+        )
+        .await;
+    assert_eq!(missing.code, EXIT_PERMANENT, "{:?}", missing.outcome);
+    let msg = missing.outcome.message.unwrap_or_default();
+    assert!(msg.contains("s3://models/llama/none"), "{msg}");
+    assert!(msg.contains("404"), "{msg}");
 }
 
 #[test]

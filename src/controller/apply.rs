@@ -157,7 +157,14 @@ async fn apply_all(
         owner_uid,
         namespace: ns,
     };
-    let job = apply_cache(&stale, name, weights_claim.as_ref(), fetch.as_ref(), done).await?;
+    let job = apply_cache(
+        &stale,
+        name,
+        weights_claim.as_deref(),
+        fetch.as_deref(),
+        done,
+    )
+    .await?;
     // An autoscaler the spec no longer wants goes before a new one is made:
     // two autoscalers never scale one Deployment at once.
     stale.remove::<HpaChild>(name, hpa.is_none()).await?;
@@ -196,25 +203,32 @@ async fn apply_all(
             }
             (Some(deployment), None)
         }
-        (None, Some(g)) => {
-            if LeaderWorkerSetChild::cache(&ctx.stores).available() {
-                hand_over_replicas::<LeaderWorkerSetChild>(ctx, g, g.spec.replicas.is_some())
-                    .await?;
-            }
-            let applied =
-                apply_wanted::<LeaderWorkerSetChild>(ctx, Some(g), done, &mut unavailable).await?;
-            if applied.is_none() {
-                // Its API answered 404: nothing else is written for a
-                // spec that cannot run (see `reconcile`).
-                return Ok(Applied {
-                    deployment: None,
-                    scaled_object: None,
-                    canary: None,
-                    route: None,
-                    pools: Vec::new(),
-                    unavailable,
-                    job,
-                });
+        // Groups, or (the weights not in yet, nothing serving) no
+        // workload at all: then only the Service. One apply of the Service
+        // for both, as each apply site adds to this future's size.
+        (None, groups) => {
+            let mut applied = None;
+            if let Some(g) = groups {
+                if LeaderWorkerSetChild::cache(&ctx.stores).available() {
+                    hand_over_replicas::<LeaderWorkerSetChild>(ctx, g, g.spec.replicas.is_some())
+                        .await?;
+                }
+                applied =
+                    apply_wanted::<LeaderWorkerSetChild>(ctx, Some(g), done, &mut unavailable)
+                        .await?;
+                if applied.is_none() {
+                    // Its API answered 404: nothing else is written for a
+                    // spec that cannot run (see `reconcile`).
+                    return Ok(Applied {
+                        deployment: None,
+                        scaled_object: None,
+                        canary: None,
+                        route: None,
+                        pools: Vec::new(),
+                        unavailable,
+                        job,
+                    });
+                }
             }
             done.push(apply_one::<ServiceChild>(ctx, service).await?.1);
             let state = applied
@@ -224,11 +238,6 @@ async fn apply_all(
                 wake_for_the_hpa::<LeaderWorkerSetChild>(ctx, state, h).await?;
             }
             (state, applied)
-        }
-        // The weights are not in yet and nothing serves: only the Service.
-        (None, None) => {
-            done.push(apply_one::<ServiceChild>(ctx, service).await?.1);
-            (None, None)
         }
     };
     // Switching between one pod and a group per replica: the workload of
@@ -333,7 +342,22 @@ async fn apply_all(
 /// operator upgrade that changed the fetch image must not fail every
 /// ModelService). Jobs of sources the spec no longer names go, and the
 /// claim goes with the last downloaded source.
-async fn apply_cache(
+///
+/// Made out of line, on the heap: in a debug build the frame that makes a
+/// future keeps room for it while everything below it runs, and this one
+/// would add to every reconcile's deepest stack, cached model or not.
+#[inline(never)]
+fn apply_cache<'a>(
+    stale: &'a Stale<'a>,
+    name: &'a str,
+    claim: Option<&'a PersistentVolumeClaim>,
+    job: Option<&'a Job>,
+    done: &'a mut Vec<Done>,
+) -> futures::future::BoxFuture<'a, Result<Option<Cached<JobChild>>, Error>> {
+    Box::pin(apply_cache_now(stale, name, claim, job, done))
+}
+
+async fn apply_cache_now(
     stale: &Stale<'_>,
     name: &str,
     claim: Option<&PersistentVolumeClaim>,

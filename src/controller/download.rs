@@ -84,23 +84,29 @@ impl Downloads {
 /// The weights of a ModelService with `model.source` as status reports
 /// them. `job` is its download Job as applied (none for a pvc:// source);
 /// `serving` is the source the pods read now.
-pub async fn observe(
-    ctx: &Context,
-    ns: &str,
-    name: &str,
-    uri: &str,
-    job: Option<&Cached<JobChild>>,
+///
+/// Out of line and on the heap, as `apply::apply_cache` is: a reconcile
+/// without a source pays nothing for it on its stack.
+#[inline(never)]
+pub fn observe<'a>(
+    ctx: &'a Context,
+    ns: &'a str,
+    name: &'a str,
+    uri: &'a str,
+    job: Option<&'a Cached<JobChild>>,
     serving: Option<String>,
-) -> WeightsSeen {
-    let download = match job {
-        None => None,
-        Some(job) => Some(read(ctx, ns, name, job).await),
-    };
-    WeightsSeen {
-        uri: uri.to_string(),
-        download,
-        serving,
-    }
+) -> futures::future::BoxFuture<'a, WeightsSeen> {
+    Box::pin(async move {
+        let download = match job {
+            None => None,
+            Some(job) => Some(read(ctx, ns, name, job).await),
+        };
+        WeightsSeen {
+            uri: uri.to_string(),
+            download,
+            serving,
+        }
+    })
 }
 
 async fn read(ctx: &Context, ns: &str, name: &str, job: &Cached<JobChild>) -> Download {

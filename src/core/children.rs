@@ -52,9 +52,11 @@ pub struct Children {
     /// InferencePool`.
     pub pools: Option<Pools>,
     /// The claim `<name>-weights` a downloaded `model.source` is kept in.
-    pub weights_claim: Option<PersistentVolumeClaim>,
+    /// Boxed, as the Job: `Children` is moved through every reconcile's
+    /// frames by value, and most models have neither.
+    pub weights_claim: Option<Box<PersistentVolumeClaim>>,
     /// The Job `<name>-fetch-<hash>` that downloads it.
-    pub fetch: Option<Job>,
+    pub fetch: Option<Box<Job>>,
 }
 
 /// One InferencePool and its endpoint picker.
@@ -165,6 +167,39 @@ fn pod_template(v: &ValidSpec, d: &Deployment) -> Value {
     t.unwrap_or_default()
 }
 
+/// Nothing serves yet and the weights are not in: no pods may start (they
+/// would hold GPUs waiting), so no workload, and no autoscaler with nothing
+/// to scale. Out of line: a reconcile's stack (debug builds keep each
+/// temporary of a function in its frame) pays for it only when it runs.
+#[inline(never)]
+fn before_the_weights(
+    v: &ValidSpec,
+    owner: Option<&OwnerReference>,
+    weights_claim: Option<Box<PersistentVolumeClaim>>,
+    fetch: Option<Box<Job>>,
+) -> Plan {
+    Plan {
+        children: Children {
+            deployment: None,
+            groups: None,
+            service: service::build(v, owner, v.spec.pipeline() > 1),
+            hpa: None,
+            scaled_object: None,
+            canary: None,
+            canary_groups: None,
+            stable_service: None,
+            canary_service: None,
+            route: None,
+            pools: None,
+            weights_claim,
+            fetch,
+        },
+        weights: None,
+        rolled_back: None,
+        canary_held: None,
+    }
+}
+
 /// Builds every child of `v` as `render` shows them.
 pub fn build_children(v: &ValidSpec, owner: Option<&OwnerReference>) -> Children {
     plan(v, owner, &Prior::offline()).children
@@ -183,32 +218,11 @@ pub fn plan(v: &ValidSpec, owner: Option<&OwnerReference>, prior: &Prior) -> Pla
             .and_then(|u| weights::served(&v.name, u))
             .as_ref(),
         &v.fetch_image,
-    );
-    let weights_claim = weights::claim(v, owner);
+    )
+    .map(Box::new);
+    let weights_claim = weights::claim(v, owner).map(Box::new);
     let Some(served_now) = weights::serving_now(v, prior) else {
-        // Nothing serves yet and the weights are not in: no pods may
-        // start (they would hold GPUs waiting), so no workload, and no
-        // autoscaler with nothing to scale.
-        return Plan {
-            children: Children {
-                deployment: None,
-                groups: None,
-                service: service::build(v, owner, v.spec.pipeline() > 1),
-                hpa: None,
-                scaled_object: None,
-                canary: None,
-                canary_groups: None,
-                stable_service: None,
-                canary_service: None,
-                route: None,
-                pools: None,
-                weights_claim,
-                fetch,
-            },
-            weights: None,
-            rolled_back: None,
-            canary_held: None,
-        };
+        return before_the_weights(v, owner, weights_claim, fetch);
     };
     let with_served;
     let v = if served_now == v.served {

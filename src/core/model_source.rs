@@ -7,7 +7,8 @@
 //! `#sha256=` (pip's spelling), so that two pods, or a pod and a restart,
 //! can never serve different bytes under one spec. An S3 prefix has no
 //! revision of its own: the convention (KServe's, MLflow's) is a prefix per
-//! revision, and the download records each object's ETag. A claim path is the
+//! revision, and objects replaced in place under a prefix already in the
+//! cache are not fetched again. A claim path is the
 //! platform's own pre-filled volume: nothing is downloaded, and its content is
 //! whatever the claim holds.
 
@@ -385,7 +386,13 @@ mod tests {
                 prefix: "llama/2024-07-23".into()
             }
         );
-        for uri in ["s3://models", "s3://models/", "s3://Models/x", "s3://m/x", "s3://models/a/../b"] {
+        for uri in [
+            "s3://models",
+            "s3://models/",
+            "s3://Models/x",
+            "s3://m/x",
+            "s3://models/a/../b",
+        ] {
             assert!(parse(uri).is_err(), "{uri}");
         }
         let k = parse("s3://models/llama/2024-07-23").unwrap().key();

@@ -676,6 +676,7 @@ mod tests {
         };
         assert_eq!(with("hf://org/m@abc", true, "llama"), Ok(()));
         assert_eq!(with("pvc://models/m", false, "llama"), Ok(()));
+        assert_eq!(with("s3://models/llama/v1", true, "llama"), Ok(()));
         let problems = [
             (with("hf://org/m", true, "llama"), "pinned revision"),
             (
@@ -687,7 +688,8 @@ mod tests {
                 "only for downloaded sources",
             ),
             (with("hf://org/m@abc", true, &"x".repeat(49)), "at most 48"),
-            (with("s3://bucket/m", true, "llama"), "not supported yet"),
+            (with("s3://models", true, "llama"), "needs a prefix"),
+            (with("s3://models/llama/v1", false, "llama"), "spec.model.cache is required"),
         ];
         for (got, want) in problems {
             assert!(

@@ -2,10 +2,11 @@
 //! roots), plain http allowed for in-cluster mirrors and tests.
 //!
 //! Hugging Face answers a download with a redirect to its CDN, so redirects
-//! are followed here, and the token is sent only to the host it was given
-//! for: a CDN, or a hostile redirect, must never see it.
+//! are followed here, and the credentials (a bearer token, or S3's SigV4
+//! signature) are sent only to the host they were given for: a CDN, or a
+//! hostile redirect, must never see them.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, header};
@@ -17,28 +18,42 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use super::outcome::Failure;
+use super::s3::Signer;
 
 /// Hugging Face's own limit on redirects is 1 or 2; 5 leaves room for a
 /// mirror without letting a loop run.
 const MAX_REDIRECTS: usize = 5;
 
-/// A JSON listing larger than this is no model repository's.
+/// A JSON listing (or an S3 listing page, at most 1000 keys) larger than
+/// this is no model repository's.
 const MAX_JSON: usize = 64 << 20;
+
+/// How requests prove who sends them, to the origin of each request's
+/// first URL only.
+pub(crate) enum Auth {
+    Anonymous,
+    /// `Authorization: Bearer {token}` (Hugging Face, http sources).
+    Bearer(String),
+    /// AWS Signature Version 4, computed for each request (S3).
+    SigV4(Signer),
+}
+
+impl Auth {
+    pub fn bearer(token: Option<String>) -> Self {
+        token.map_or(Auth::Anonymous, Auth::Bearer)
+    }
+}
 
 pub(crate) struct Client {
     hyper: Hyper<HttpsConnector<HttpConnector>, Empty<Bytes>>,
-    token: Option<String>,
+    auth: Auth,
     stall: Duration,
 }
 
 impl Client {
-    /// `token` is sent as `Authorization: Bearer` to the host of each
-    /// request's first URL; `stall` bounds every wait for bytes.
-    pub fn new(
-        token: Option<String>,
-        connect_timeout: Duration,
-        stall: Duration,
-    ) -> Result<Self, Failure> {
+    /// `auth` goes to the host of each request's first URL; `stall` bounds
+    /// every wait for bytes.
+    pub fn new(auth: Auth, connect_timeout: Duration, stall: Duration) -> Result<Self, Failure> {
         let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
         let tls = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -55,7 +70,7 @@ impl Client {
             .wrap_connector(http);
         Ok(Self {
             hyper: Hyper::builder(TokioExecutor::new()).build(https),
-            token,
+            auth,
             stall,
         })
     }
@@ -79,13 +94,26 @@ impl Client {
         let mut uri = first.clone();
         for _ in 0..=MAX_REDIRECTS {
             let mut req = Request::builder().method(method.clone()).uri(uri.clone());
-            if let Some(from) = from {
-                req = req.header(header::RANGE, format!("bytes={from}-"));
+            let range = from.map(|from| format!("bytes={from}-"));
+            if let Some(range) = &range {
+                req = req.header(header::RANGE, range);
             }
-            if let Some(token) = &self.token
-                && same_origin(&uri, &first)
-            {
-                req = req.header(header::AUTHORIZATION, format!("Bearer {token}"));
+            if same_origin(&uri, &first) {
+                match &self.auth {
+                    Auth::Anonymous => {}
+                    Auth::Bearer(token) => {
+                        req = req.header(header::AUTHORIZATION, format!("Bearer {token}"));
+                    }
+                    // Signed at each hop and attempt: the signature holds
+                    // the time, which S3 allows to be 15 minutes off.
+                    Auth::SigV4(signer) => {
+                        let signed =
+                            signer.headers(&method, &uri, range.as_deref(), SystemTime::now());
+                        for (name, value) in signed {
+                            req = req.header(name, value);
+                        }
+                    }
+                }
             }
             let req = req
                 .body(Empty::new())
@@ -123,6 +151,23 @@ impl Client {
     pub async fn get_json(&self, url: &str) -> Result<(HeaderMap, Bytes), Failure> {
         let resp = self.send(Method::GET, url, None).await?;
         check_status(url, resp.status())?;
+        let (_, headers, body) = self.collect(url, resp).await?;
+        Ok((headers, body))
+    }
+
+    /// GETs a document whatever its status, for callers that read the
+    /// reason of a refusal from its body (S3's XML errors).
+    pub async fn get_document(&self, url: &str) -> Result<(StatusCode, HeaderMap, Bytes), Failure> {
+        let resp = self.send(Method::GET, url, None).await?;
+        self.collect(url, resp).await
+    }
+
+    /// The whole body of `resp`, bounded in size and in waiting.
+    async fn collect(
+        &self,
+        url: &str,
+        resp: Response<Incoming>,
+    ) -> Result<(StatusCode, HeaderMap, Bytes), Failure> {
         let (parts, body) = resp.into_parts();
         let limited = http_body_util::Limited::new(body, MAX_JSON);
         let body = tokio::time::timeout(self.stall, limited.collect())
@@ -130,7 +175,7 @@ impl Client {
             .map_err(|_| Failure::Retryable(format!("{} stalled", redact(url))))?
             .map_err(|e| Failure::Retryable(format!("{}: {e}", redact(url))))?
             .to_bytes();
-        Ok((parts.headers, body))
+        Ok((parts.status, parts.headers, body))
     }
 }
 

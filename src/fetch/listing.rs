@@ -142,7 +142,7 @@ pub(crate) fn check_path(path: &str) -> Result<(), String> {
 
 /// Two files must not share a path, nor may one be another's partial
 /// download (`x` and `x.part`).
-fn check_distinct(files: &[RemoteFile]) -> Result<(), String> {
+pub(crate) fn check_distinct(files: &[RemoteFile]) -> Result<(), String> {
     let paths: HashSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
     if paths.len() != files.len() {
         return Err("the source lists a file twice".into());

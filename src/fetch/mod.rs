@@ -2,11 +2,11 @@
 //! cache volume, as the container of the Job the operator creates.
 //!
 //! The steps, each in its own file: list the source's files
-//! ([`listing`]), clear old revisions and refuse what cannot fit
-//! ([`space`]), download each file with resume and verification
-//! ([`download`]), report progress on stdout ([`progress`]), mark the
-//! directory complete ([`marker`]), and end with a termination message and
-//! an exit code the operator reads ([`outcome`]).
+//! ([`listing`]; [`s3`] for S3, with its request signing), clear old
+//! revisions and refuse what cannot fit ([`space`]), download each file
+//! with resume and verification ([`download`]), report progress on stdout
+//! ([`progress`]), mark the directory complete ([`marker`]), and end with a
+//! termination message and an exit code the operator reads ([`outcome`]).
 //!
 //! Every run is a restart as far as the volume goes: what an earlier pod
 //! left (complete files, parts, the marker) is used, never trusted blindly
@@ -19,6 +19,7 @@ pub mod marker;
 pub mod outcome;
 pub mod progress;
 mod retry;
+mod s3;
 pub mod space;
 
 use std::io::Write;
@@ -26,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::core::model_source::{self, Source};
-use client::Client;
+use client::{Auth, Client};
 use download::OnDisk;
 use listing::RemoteFile;
 pub use marker::MARKER;
@@ -35,12 +36,14 @@ use outcome::Failure;
 pub use outcome::{EXIT_FAILED, EXIT_PERMANENT, EXIT_VOLUME_TOO_SMALL, Outcome, OutcomeKind};
 pub use progress::{Progress, ProgressLine};
 use progress::{Reporter, Tracker};
+pub use s3::S3Config;
 pub use space::{Room, human_bytes};
 
 /// What to fetch and where: the command line and the environment.
 #[derive(Clone)]
 pub struct FetchRequest {
-    /// The source URI (`hf://org/name@rev` or `https://…#sha256=…`).
+    /// The source URI (`hf://org/name@rev`, `s3://bucket/prefix` or
+    /// `https://…#sha256=…`).
     pub source: String,
     /// The cache volume's mount path.
     pub dest: PathBuf,
@@ -56,6 +59,8 @@ pub struct FetchRequest {
     pub hf_token: Option<String>,
     /// Sent to an http(s) source's host only (`BEARER_TOKEN`).
     pub bearer_token: Option<String>,
+    /// Keys, region and endpoint of an s3:// source (`AWS_*`).
+    pub s3: S3Config,
 }
 
 // By hand, so that a logged request never shows a token.
@@ -70,6 +75,7 @@ impl std::fmt::Debug for FetchRequest {
             .field("hf_endpoint", &self.hf_endpoint)
             .field("hf_token", &self.hf_token.as_ref().map(|_| "<set>"))
             .field("bearer_token", &self.bearer_token.as_ref().map(|_| "<set>"))
+            .field("s3", &self.s3)
             .finish()
     }
 }
@@ -211,23 +217,25 @@ async fn fetch<W: Write>(
     })
 }
 
-/// The source's files and a client holding the token for its host, with
-/// the listing's transient failures retried.
+/// The source's files and a client holding the credentials for its host,
+/// with the listing's transient failures retried.
 async fn list(
     req: &FetchRequest,
     opts: &FetchOptions,
     source: &Source,
 ) -> Result<(Client, Vec<RemoteFile>), Failure> {
-    let token = match source {
-        Source::HuggingFace { .. } => req.hf_token.clone(),
-        Source::Http { .. } => req.bearer_token.clone(),
+    let auth = match source {
+        Source::HuggingFace { .. } => Auth::bearer(req.hf_token.clone()),
+        Source::Http { .. } => Auth::bearer(req.bearer_token.clone()),
+        // Without keys, a public bucket: unsigned requests.
+        Source::S3 { .. } => req.s3.signer()?.map_or(Auth::Anonymous, Auth::SigV4),
         Source::Claim { .. } => {
             return Err(Failure::Permanent(
                 "a pvc:// source is mounted as it is, there is nothing to fetch".into(),
             ));
         }
     };
-    let client = Client::new(token, opts.connect_timeout, opts.stall_timeout)?;
+    let client = Client::new(auth, opts.connect_timeout, opts.stall_timeout)?;
     let mut retries = retry::Retries::new(&opts.retry_delays);
     loop {
         let listed = match source {
@@ -237,6 +245,7 @@ async fn list(
             Source::Http { url, sha256 } => listing::http_file(&client, url, sha256)
                 .await
                 .map(|f| vec![f]),
+            Source::S3 { bucket, prefix } => s3::list(&client, &req.s3, bucket, prefix).await,
             Source::Claim { .. } => Ok(Vec::new()),
         };
         match listed {
@@ -372,9 +381,18 @@ mod tests {
             hf_endpoint: "https://huggingface.co".into(),
             hf_token: Some("hf_secret".into()),
             bearer_token: Some("bearer_secret".into()),
+            s3: S3Config {
+                access_key_id: Some("AKID".into()),
+                secret_access_key: Some("aws_secret".into()),
+                session_token: Some("session_secret".into()),
+                region: None,
+                endpoint: None,
+            },
         };
         let shown = format!("{req:?}");
-        assert!(!shown.contains("secret"), "{shown}");
-        assert!(shown.contains("<set>"), "{shown}");
+        for secret in ["hf_secret", "bearer_secret", "aws_secret", "session_secret"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert_eq!(shown.matches("<set>").count(), 4, "{shown}");
     }
 }

@@ -254,7 +254,7 @@ pub struct ConvertArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct FetchArgs {
-    /// The model source: hf://org/name@revision or https://host/file#sha256=<hex>.
+    /// The model source: hf://org/name@revision, s3://bucket/prefix or https://host/file#sha256=<hex>. S3 keys, region and endpoint come from the environment only (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL).
     #[arg(long, value_name = "URI")]
     pub source: String,
     /// The cache volume's mount path.

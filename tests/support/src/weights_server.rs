@@ -1,4 +1,5 @@
-//! A fake Hugging Face hub (and plain file server) for the `fetch` tests.
+//! A fake Hugging Face hub (and plain file server, and S3 store) for the
+//! `fetch` tests.
 //!
 //! Tests of a downloader need weights that are big enough to watch, a
 //! server that misbehaves on cue (throttles, drops a connection, corrupts a
@@ -16,9 +17,19 @@
 //!   `/cdn/...` when [`WeightsServer::set_redirect`] is set.
 //! - `GET|HEAD /files/{name}`: the plain files given to
 //!   [`WeightsServer::start_with_files`], for http(s) sources.
+//! - S3, path-style, for the buckets given to
+//!   [`WeightsServer::start_with_buckets`] (the server's URL is the
+//!   client's `AWS_ENDPOINT_URL`):
+//!   `GET /{bucket}?list-type=2&prefix=…[&continuation-token=…]` is
+//!   ListObjectsV2 (XML, keys in order, paged by
+//!   [`WeightsServer::set_page_size`]); `GET|HEAD /{bucket}/{key}` is the
+//!   object, with `Range` and an `ETag`. Keys are percent-decoded, as S3
+//!   does. [`WeightsServer::require_s3_key`] and
+//!   [`WeightsServer::verify_s3_signatures`] answer 403 with S3's XML error
+//!   to requests not signed (SigV4) by the right key.
 //!
-//! Paths are matched as sent (no percent-decoding): test files use URL-safe
-//! names.
+//! Hub and plain-file paths are matched as sent (no percent-decoding): test
+//! files use URL-safe names.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -32,7 +43,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::stream;
-use ring::digest;
+use ring::{digest, hmac};
 
 /// The bytes of one response chunk (smaller under a throughput limit).
 const CHUNK: u64 = 64 * 1024;
@@ -59,12 +70,30 @@ impl Repo {
     }
 }
 
+/// A bucket to serve: `(key, size)` of each object, any order.
+#[derive(Clone, Debug)]
+pub struct Bucket {
+    pub name: String,
+    pub objects: Vec<(String, u64)>,
+}
+
+impl Bucket {
+    pub fn new(name: &str, objects: &[(&str, u64)]) -> Self {
+        Self {
+            name: name.into(),
+            objects: objects.iter().map(|(k, s)| (k.to_string(), *s)).collect(),
+        }
+    }
+}
+
 /// One request as the server saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Seen {
     pub method: String,
     /// The path, without the query.
     pub path: String,
+    /// The query, as sent.
+    pub query: Option<String>,
     pub range: Option<String>,
     pub authorization: Option<String>,
 }
@@ -82,6 +111,10 @@ struct Shared {
     /// `(repo, revision)` → files in order.
     repos: HashMap<(String, String), Vec<(String, File)>>,
     plain: HashMap<String, File>,
+    /// Bucket → objects sorted by key, as S3 lists them.
+    buckets: HashMap<String, Vec<(String, File)>>,
+    s3_key: Mutex<Option<String>>,
+    s3_secret: Mutex<Option<String>>,
     rate: AtomicU64,
     cut_next: AtomicU64,
     page_size: AtomicUsize,
@@ -116,6 +149,24 @@ impl WeightsServer {
         repos: Vec<Repo>,
         files: Vec<(String, u64)>,
     ) -> std::io::Result<Self> {
+        Self::start_all(bind, repos, files, Vec::new()).await
+    }
+
+    /// Serves `buckets` as an S3-compatible store, path-style at the
+    /// server's URL.
+    pub async fn start_with_buckets(
+        bind: SocketAddr,
+        buckets: Vec<Bucket>,
+    ) -> std::io::Result<Self> {
+        Self::start_all(bind, Vec::new(), Vec::new(), buckets).await
+    }
+
+    async fn start_all(
+        bind: SocketAddr,
+        repos: Vec<Repo>,
+        files: Vec<(String, u64)>,
+        buckets: Vec<Bucket>,
+    ) -> std::io::Result<Self> {
         let listener = tokio::net::TcpListener::bind(bind).await?;
         let addr = listener.local_addr()?;
         let host = if addr.ip().is_unspecified() {
@@ -139,6 +190,15 @@ impl WeightsServer {
         for (name, size) in files {
             let f = file(&["files", &name], size);
             shared.plain.insert(name, f);
+        }
+        for b in buckets {
+            let mut objects: Vec<(String, File)> = b
+                .objects
+                .iter()
+                .map(|(k, size)| (k.clone(), file(&["s3", &b.name, k], *size)))
+                .collect();
+            objects.sort_by(|a, b| a.0.cmp(&b.0));
+            shared.buckets.insert(b.name, objects);
         }
         let shared = Arc::new(shared);
         let app = Router::new().fallback(handle).with_state(shared.clone());
@@ -179,7 +239,8 @@ impl WeightsServer {
         lock(&self.shared.corrupt).clear();
     }
 
-    /// Pages the tree API: `n` entries a page (0: one page).
+    /// Pages the tree API and the S3 listing: `n` entries a page (0: one
+    /// page).
     pub fn set_page_size(&self, n: usize) {
         self.shared.page_size.store(n, Ordering::SeqCst);
     }
@@ -188,6 +249,19 @@ impl WeightsServer {
     /// plain files (401 otherwise); the CDN path needs none.
     pub fn require_token(&self, token: Option<&str>) {
         *lock(&self.shared.token) = token.map(str::to_string);
+    }
+
+    /// Answers 403 (`AccessDenied`) to S3 requests whose Authorization does
+    /// not name this access key (`Credential={key}/…`); None: anyone.
+    pub fn require_s3_key(&self, access_key_id: Option<&str>) {
+        *lock(&self.shared.s3_key) = access_key_id.map(str::to_string);
+    }
+
+    /// Checks every S3 request's SigV4 signature against this secret key,
+    /// over the request as received, and answers 403
+    /// (`SignatureDoesNotMatch`) to a wrong or missing one; None: no check.
+    pub fn verify_s3_signatures(&self, secret_access_key: Option<&str>) {
+        *lock(&self.shared.s3_secret) = secret_access_key.map(str::to_string);
     }
 
     /// Makes `resolve` answer 302 to `{base}/cdn/{repo}/{revision}/{path}`
@@ -225,6 +299,34 @@ impl WeightsServer {
     pub fn sha256(&self, repo: &str, revision: &str, path: &str) -> Option<String> {
         self.repo_file(repo, revision, path)
             .map(|f| f.sha256.clone())
+    }
+
+    /// The true SHA-256 (hex) of an S3 object.
+    pub fn object_sha256(&self, bucket: &str, key: &str) -> Option<String> {
+        self.object(bucket, key).map(|f| f.sha256.clone())
+    }
+
+    /// The true bytes `offset..offset + len` of an S3 object.
+    pub fn object_content(
+        &self,
+        bucket: &str,
+        key: &str,
+        offset: u64,
+        len: usize,
+    ) -> Option<Vec<u8>> {
+        let f = self.object(bucket, key)?;
+        let mut buf = vec![0; len];
+        fill(f.seed, offset, &mut buf);
+        Some(buf)
+    }
+
+    fn object(&self, bucket: &str, key: &str) -> Option<&File> {
+        self.shared
+            .buckets
+            .get(bucket)?
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, f)| f)
     }
 
     /// The true SHA-256 (hex) of a plain file.
@@ -317,6 +419,7 @@ async fn handle(State(s): State<Arc<Shared>>, req: Request) -> Response {
     lock(&s.log).push(Seen {
         method: method.to_string(),
         path: path.clone(),
+        query: req.uri().query().map(str::to_string),
         range: text(header::RANGE),
         authorization: text(header::AUTHORIZATION),
     });
@@ -326,6 +429,15 @@ async fn handle(State(s): State<Arc<Shared>>, req: Request) -> Response {
         Some(t) => text(header::AUTHORIZATION).as_deref() == Some(&format!("Bearer {t}")),
     };
     match parts.as_slice() {
+        [bucket, rest @ ..] if s.buckets.contains_key(*bucket) => s3(
+            &s,
+            &method,
+            &path,
+            &query,
+            &headers,
+            bucket,
+            &rest.join("/"),
+        ),
         ["cdn", org, name, rev, rest @ ..] => {
             serve_repo_file(&s, &method, &headers, org, name, rev, &rest.join("/"))
         }
@@ -423,6 +535,278 @@ fn tree(s: &Shared, org: &str, name: &str, rev: &str, query: &str) -> Response {
         }
     }
     resp
+}
+
+/// An S3 request of `bucket`: the listing (no key) or an object.
+fn s3(
+    s: &Arc<Shared>,
+    method: &Method,
+    path: &str,
+    query: &str,
+    headers: &HeaderMap,
+    bucket: &str,
+    raw_key: &str,
+) -> Response {
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if let Some(key) = lock(&s.s3_key).as_deref()
+        && !authorization.contains(&format!("Credential={key}/"))
+    {
+        return s3_error(StatusCode::FORBIDDEN, "AccessDenied", "Access Denied");
+    }
+    if let Some(secret) = lock(&s.s3_secret).as_deref()
+        && !sigv4_matches(secret, method, path, query, headers)
+    {
+        return s3_error(
+            StatusCode::FORBIDDEN,
+            "SignatureDoesNotMatch",
+            "The request signature we calculated does not match the signature you provided.",
+        );
+    }
+    let Some(objects) = s.buckets.get(bucket) else {
+        return s3_error(StatusCode::NOT_FOUND, "NoSuchBucket", "");
+    };
+    if raw_key.is_empty() {
+        return s3_list(s, bucket, objects, query);
+    }
+    let key = percent_decode(raw_key);
+    match objects.iter().find(|(k, _)| *k == key) {
+        Some((k, f)) => {
+            let mut resp = serve(s, method, headers, k, f);
+            if let Ok(v) = HeaderValue::from_str(&etag(f)) {
+                resp.headers_mut().insert(header::ETAG, v);
+            }
+            resp
+        }
+        None if method == Method::HEAD => StatusCode::NOT_FOUND.into_response(),
+        None => s3_error(
+            StatusCode::NOT_FOUND,
+            "NoSuchKey",
+            "The specified key does not exist.",
+        ),
+    }
+}
+
+/// ListObjectsV2: the keys under `prefix`, in order, a page at a time.
+/// The continuation token holds a '/', a '+' and a '=' (as S3's base64
+/// tokens do), so a client that does not encode it loses its place.
+fn s3_list(s: &Shared, bucket: &str, objects: &[(String, File)], query: &str) -> Response {
+    let params: HashMap<String, String> = form_urlencoded::parse(query.as_bytes())
+        .into_owned()
+        .collect();
+    if params.get("list-type").map(String::as_str) != Some("2") {
+        return s3_error(
+            StatusCode::BAD_REQUEST,
+            "InvalidArgument",
+            "list-type=2 only",
+        );
+    }
+    let prefix = params.get("prefix").cloned().unwrap_or_default();
+    let matching: Vec<&(String, File)> = objects
+        .iter()
+        .filter(|(k, _)| k.starts_with(&prefix))
+        .collect();
+    let start = match params.get("continuation-token") {
+        None => 0,
+        Some(t) => match t
+            .strip_suffix("/tok+=")
+            .and_then(|n| n.parse::<usize>().ok())
+        {
+            Some(n) if n <= matching.len() => n,
+            _ => {
+                return s3_error(
+                    StatusCode::BAD_REQUEST,
+                    "InvalidArgument",
+                    "The continuation token provided is incorrect",
+                );
+            }
+        },
+    };
+    let page = s.page_size.load(Ordering::SeqCst);
+    let end = if page == 0 {
+        matching.len()
+    } else {
+        (start + page).min(matching.len())
+    };
+    let truncated = end < matching.len();
+    let mut xml = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Name>{}</Name><Prefix>{}</Prefix><KeyCount>{}</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>{truncated}</IsTruncated>",
+        xml_escape(bucket),
+        xml_escape(&prefix),
+        end - start
+    );
+    if let Some(t) = params.get("continuation-token") {
+        xml.push_str(&format!(
+            "<ContinuationToken>{}</ContinuationToken>",
+            xml_escape(t)
+        ));
+    }
+    if truncated {
+        xml.push_str(&format!(
+            "<NextContinuationToken>{}</NextContinuationToken>",
+            xml_escape(&format!("{end}/tok+="))
+        ));
+    }
+    for (key, f) in &matching[start..end] {
+        xml.push_str(&format!(
+            "<Contents><Key>{}</Key><LastModified>2024-07-23T10:00:00.000Z</LastModified><ETag>{}</ETag><Size>{}</Size><StorageClass>STANDARD</StorageClass></Contents>",
+            xml_escape(key),
+            xml_escape(&etag(f)),
+            f.size
+        ));
+    }
+    xml.push_str("</ListBucketResult>");
+    ([(header::CONTENT_TYPE, "application/xml")], xml).into_response()
+}
+
+/// S3's error answer: a status and an XML body with its code.
+fn s3_error(status: StatusCode, code: &str, message: &str) -> Response {
+    let xml = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>{}</Message></Error>",
+        xml_escape(message)
+    );
+    (status, [(header::CONTENT_TYPE, "application/xml")], xml).into_response()
+}
+
+/// A quoted hex string, as S3's ETags are (here a slice of the SHA-256,
+/// not an MD5: nothing may rely on what an ETag hashes).
+fn etag(f: &File) -> String {
+    format!("\"{}\"", &f.sha256[..32])
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&apos;")
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |j: usize| bytes.get(j).and_then(|b| char::from(*b).to_digit(16));
+        match (bytes[i], hex(i + 1), hex(i + 2)) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// SigV4's encoding: every byte but the unreserved ones ('/' too unless
+/// `keep_slash`), uppercase hex.
+fn sigv4_encode(s: &str, keep_slash: bool) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric()
+                || matches!(b, b'-' | b'.' | b'_' | b'~')
+                || (keep_slash && b == b'/')
+            {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// Whether the request carries a valid AWS SigV4 signature by `secret`,
+/// computed as S3 does: from the request as received (its path decoded
+/// and encoded again, its query sorted, the headers it says it signed).
+/// Written apart from the operator's signer, so that a mistake in one is
+/// not hidden by the same mistake in the other.
+fn sigv4_matches(
+    secret: &str,
+    method: &Method,
+    path: &str,
+    query: &str,
+    headers: &HeaderMap,
+) -> bool {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let Some(auth) = text("authorization").and_then(|a| a.strip_prefix("AWS4-HMAC-SHA256 ")) else {
+        return false;
+    };
+    let field = |name: &str| {
+        auth.split(',')
+            .find_map(|p| p.trim().strip_prefix(name)?.strip_prefix('='))
+    };
+    let (Some(credential), Some(signed_headers), Some(signature)) = (
+        field("Credential"),
+        field("SignedHeaders"),
+        field("Signature"),
+    ) else {
+        return false;
+    };
+    let Some((_, scope)) = credential.split_once('/') else {
+        return false;
+    };
+    let scope_parts: Vec<&str> = scope.split('/').collect();
+    let [date, region, service, "aws4_request"] = scope_parts.as_slice() else {
+        return false;
+    };
+    let (Some(amz_date), Some(payload)) = (text("x-amz-date"), text("x-amz-content-sha256")) else {
+        return false;
+    };
+    let mut pairs: Vec<(String, String)> = query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (
+                sigv4_encode(&percent_decode(k), false),
+                sigv4_encode(&percent_decode(v), false),
+            )
+        })
+        .collect();
+    pairs.sort();
+    let canonical_query = pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("&");
+    let mut canonical_headers = String::new();
+    for name in signed_headers.split(';') {
+        let Some(value) = text(name) else {
+            return false;
+        };
+        let value = value.split_whitespace().collect::<Vec<_>>().join(" ");
+        canonical_headers.push_str(&format!("{name}:{value}\n"));
+    }
+    let canonical_request = format!(
+        "{method}\n{}\n{canonical_query}\n{canonical_headers}\n{signed_headers}\n{payload}",
+        sigv4_encode(&percent_decode(path), true)
+    );
+    let hash = digest::digest(&digest::SHA256, canonical_request.as_bytes());
+    let string_to_sign = format!(
+        "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
+        hex(hash.as_ref())
+    );
+    let mut key = hmac::sign(
+        &hmac::Key::new(hmac::HMAC_SHA256, format!("AWS4{secret}").as_bytes()),
+        date.as_bytes(),
+    );
+    for part in [*region, *service, "aws4_request", string_to_sign.as_str()] {
+        key = hmac::sign(
+            &hmac::Key::new(hmac::HMAC_SHA256, key.as_ref()),
+            part.as_bytes(),
+        );
+    }
+    hex(key.as_ref()) == signature
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A file's bytes, whole or from a `Range: bytes=N-[M]`.
@@ -534,6 +918,36 @@ mod tests {
         let mut other = vec![0u8; 100];
         fill(8, 0, &mut other);
         assert_ne!(other, whole);
+    }
+
+    /// The verifier against "Example: GET Object" of AWS's SigV4
+    /// documentation for S3: it accepts the published signature and
+    /// nothing else.
+    #[test]
+    fn the_signature_check_accepts_aws_s3_get_object_example() {
+        let secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+        let mut h = HeaderMap::new();
+        let mut set = |n: &'static str, v: &str| {
+            h.insert(n, HeaderValue::from_str(v).expect("header"));
+        };
+        set("host", "examplebucket.s3.amazonaws.com");
+        set("range", "bytes=0-9");
+        set(
+            "x-amz-content-sha256",
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        );
+        set("x-amz-date", "20130524T000000Z");
+        set(
+            "authorization",
+            "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request,SignedHeaders=host;range;x-amz-content-sha256;x-amz-date,Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41",
+        );
+        assert!(sigv4_matches(secret, &Method::GET, "/test.txt", "", &h));
+        assert!(!sigv4_matches("other", &Method::GET, "/test.txt", "", &h));
+        assert!(!sigv4_matches(secret, &Method::GET, "/test2.txt", "", &h));
+        assert!(!sigv4_matches(secret, &Method::HEAD, "/test.txt", "", &h));
+        assert!(!sigv4_matches(secret, &Method::GET, "/test.txt", "a=b", &h));
+        h.insert("range", HeaderValue::from_static("bytes=0-10"));
+        assert!(!sigv4_matches(secret, &Method::GET, "/test.txt", "", &h));
     }
 
     #[test]
