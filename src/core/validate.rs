@@ -689,7 +689,10 @@ mod tests {
             ),
             (with("hf://org/m@abc", true, &"x".repeat(49)), "at most 48"),
             (with("s3://models", true, "llama"), "needs a prefix"),
-            (with("s3://models/llama/v1", false, "llama"), "spec.model.cache is required"),
+            (
+                with("s3://models/llama/v1", false, "llama"),
+                "spec.model.cache is required",
+            ),
         ];
         for (got, want) in problems {
             assert!(

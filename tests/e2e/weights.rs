@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use fake_apiserver::LOG_ANNOTATION;
-use fake_apiserver::weights_server::{Repo, WeightsServer};
+use fake_apiserver::weights_server::{Bucket, Repo, WeightsServer};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Secret};
 use kube::Api;
@@ -198,7 +198,11 @@ async fn jobs_of(env: &Env, name: &str) -> Vec<Job> {
 }
 
 pub(crate) async fn the_job(env: &Env, name: &str, revision: &str) -> Job {
-    let uri = source(revision);
+    the_job_of(env, name, &source(revision)).await
+}
+
+/// The download Job of `name` that fetches `uri`.
+async fn the_job_of(env: &Env, name: &str, uri: &str) -> Job {
     wait_for(&format!("the download Job of {uri}"), CONVERGE, || async {
         jobs_of(env, name)
             .await
@@ -729,6 +733,110 @@ async fn cold_starts_download_once_with_the_cache_and_every_time_without() {
     }
     for f in figures {
         println!("WEIGHTS-BENCH {f}");
+    }
+    w.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_s3_prefix_is_downloaded_with_signed_requests() {
+    let w = World::new("1Gi").await;
+    let (env, name) = (&w.env, "from-s3");
+    let bind: SocketAddr = if real_node() {
+        ([0, 0, 0, 0], 0).into()
+    } else {
+        ([127, 0, 0, 1], 0).into()
+    };
+    let objects = [
+        ("llama/v1/config.json", 2048),
+        ("llama/v1/model.safetensors", 8 * MIB),
+        ("llama/v2/model.safetensors", MIB),
+    ];
+    let store = WeightsServer::start_with_buckets(bind, vec![Bucket::new("models", &objects)])
+        .await
+        .expect("the object store");
+    // Only requests signed with this key and secret are answered.
+    store.require_s3_key(Some("AKIDE2E"));
+    store.verify_s3_signatures(Some("e2e-secret"));
+    let port = store
+        .url()
+        .rsplit(':')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let endpoint = if real_node() {
+        format!("http://{}:{port}", node_ip(env).await)
+    } else {
+        store.url()
+    };
+    let secret: Secret = serde_json::from_value(json!({"metadata": {"name": "store"},
+        "stringData": {"AWS_ACCESS_KEY_ID": "AKIDE2E", "AWS_SECRET_ACCESS_KEY": "e2e-secret",
+            "AWS_REGION": "eu-west-1", "AWS_ENDPOINT_URL": endpoint}}))
+    .expect("a Secret");
+    env.api::<Secret>()
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("the Secret");
+    let uri = "s3://models/llama/v1";
+    let mut spec = w.spec("rev1", "1Gi");
+    spec["model"]["source"] = json!({"uri": uri, "credentialsSecret": "store"});
+    env.apply_ms_v1beta1(name, spec).await;
+
+    let job = the_job_of(env, name, uri).await;
+    let c = serde_json::to_value(&job.spec).unwrap_or_default()["template"]["spec"]["containers"]
+        [0]
+    .clone();
+    assert_eq!(c["envFrom"][0]["secretRef"]["name"], "store");
+    if !real_node() {
+        let total = 2048 + 8 * MIB;
+        play_end(
+            env,
+            &job_name(&job),
+            json!({"result": "Complete", "totalBytes": total, "files": 2, "downloadedBytes": total}),
+            false,
+        )
+        .await;
+    }
+    let ms = wait_for("the prefix in the cache and serving", DOWNLOAD, || async {
+        let ms = get_ms(env, name).await?;
+        (ready(&ms).0 == "True" && weights(&ms)["serving"] == uri).then_some(ms)
+    })
+    .await;
+    assert_eq!(weights(&ms)["phase"], "Complete");
+    let d = deployment(env, name).await.expect("the Deployment");
+    let args = serde_json::to_value(&d.spec.template).unwrap_or_default()["spec"]["containers"][0]
+        ["args"]
+        .clone();
+    assert!(
+        args[1]
+            .as_str()
+            .is_some_and(|a| a.starts_with("/models/v1-")),
+        "{args}"
+    );
+    if real_node() {
+        // What the Job asked: the listing and the two objects of v1 (not
+        // v2's), every request signed with the Secret's key for its region.
+        let seen = store.requests();
+        let gets: Vec<&str> = seen
+            .iter()
+            .filter(|r| r.method == "GET" && r.path.starts_with("/models/llama/"))
+            .map(|r| r.path.as_str())
+            .collect();
+        assert_eq!(
+            gets,
+            [
+                "/models/llama/v1/config.json",
+                "/models/llama/v1/model.safetensors"
+            ]
+        );
+        assert!(
+            seen.iter().all(|r| r
+                .authorization
+                .as_deref()
+                .is_some_and(|a| a.starts_with("AWS4-HMAC-SHA256 Credential=AKIDE2E/")
+                    && a.contains("/eu-west-1/s3/aws4_request"))),
+            "{seen:?}"
+        );
+        assert_eq!(store.bytes_served(), 2048 + 8 * MIB);
     }
     w.finish().await;
 }
