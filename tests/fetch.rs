@@ -193,20 +193,9 @@ async fn downloads_verifies_marks_and_then_a_restart_downloads_nothing() {
         serde_json::json!({"source": source(REPO), "revision": REV, "files": 3, "bytes": total})
     );
 
-    // Progress: a line at the start, lines while it runs, the last at 100%.
     let p = &ran.progress;
     assert!(p.len() >= 4, "{p:?}");
-    assert_eq!(
-        (p[0].done_bytes, p[0].total_bytes, p[0].total_files),
-        (0, total, 3)
-    );
-    let last = p[p.len() - 1];
-    assert_eq!((last.done_bytes, last.files), (total, 3));
-    assert!(
-        p.windows(2).all(|w| w[0].done_bytes <= w[1].done_bytes),
-        "{p:?}"
-    );
-    assert!(p.iter().any(|l| l.done_bytes > 0 && l.done_bytes < total));
+    progress_climbs_to_the_total(p, total, 3);
     let fastest = p.iter().map(|l| l.bytes_per_second).max().unwrap_or(0);
     assert!(
         (MIB..=64 * MIB).contains(&fastest),
@@ -602,20 +591,9 @@ async fn an_s3_prefix_downloads_signed_and_paged_and_then_a_restart_downloads_no
     );
     assert_eq!(srv.request_count(&object_path("llama/v10/other.bin")), 0);
 
-    // Progress: a line at the start, lines while it runs, the last at 100%.
     let p = &ran.progress;
     assert!(p.len() >= 3, "{p:?}");
-    assert_eq!(
-        (p[0].done_bytes, p[0].total_bytes, p[0].total_files),
-        (0, total, 4)
-    );
-    let last = p[p.len() - 1];
-    assert_eq!((last.done_bytes, last.files), (total, 4));
-    assert!(
-        p.windows(2).all(|w| w[0].done_bytes <= w[1].done_bytes),
-        "{p:?}"
-    );
-    assert!(p.iter().any(|l| l.done_bytes > 0 && l.done_bytes < total));
+    progress_climbs_to_the_total(p, total, 4);
 
     // A restart: the marker answers, the store sees nothing.
     srv.reset_counts();
@@ -788,4 +766,20 @@ fn the_command_line_of_the_job() {
     assert_eq!(args.capacity, 50 << 30);
     assert_eq!(args.keep, ["a", "b"]);
     assert_eq!(args.termination_log, PathBuf::from("/dev/termination-log"));
+}
+
+/// Progress: a line at the start, lines while it runs, never backwards,
+/// the last at 100%.
+fn progress_climbs_to_the_total(p: &[Progress], total: u64, files: u32) {
+    assert_eq!(
+        (p[0].done_bytes, p[0].total_bytes, p[0].total_files),
+        (0, total, files)
+    );
+    let last = p[p.len() - 1];
+    assert_eq!((last.done_bytes, last.files), (total, files));
+    assert!(
+        p.windows(2).all(|w| w[0].done_bytes <= w[1].done_bytes),
+        "{p:?}"
+    );
+    assert!(p.iter().any(|l| l.done_bytes > 0 && l.done_bytes < total));
 }

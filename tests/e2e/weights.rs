@@ -207,7 +207,7 @@ async fn the_job_of(env: &Env, name: &str, uri: &str) -> Job {
         jobs_of(env, name)
             .await
             .into_iter()
-            .find(|j| serde_json::to_string(&j.spec).is_ok_and(|s| s.contains(&uri)))
+            .find(|j| serde_json::to_string(&j.spec).is_ok_and(|s| s.contains(uri)))
     })
     .await
 }
