@@ -227,20 +227,8 @@ async fn a_dropped_connection_is_resumed_in_process_with_a_range() {
 
     let ran = vol.run(&req, &quick(5)).await;
     assert_eq!(ran.code, 0, "{:?}", ran.outcome);
-    let gets: Vec<_> = srv
-        .requests()
-        .into_iter()
-        .filter(|r| r.path == resolve_path(REPO, "w.bin"))
-        .collect();
-    assert_eq!(gets.len(), 2, "{gets:?}");
-    assert_eq!(gets[0].range, None);
     // What was in flight when the connection dropped is lost, no more.
-    let from: u64 = gets[1]
-        .range
-        .as_deref()
-        .and_then(|r| r.strip_prefix("bytes=")?.strip_suffix('-')?.parse().ok())
-        .unwrap_or_else(|| panic!("a resume from a byte: {:?}", gets[1].range));
-    assert!(from > 0 && from <= cut, "{from}");
+    let (_, from) = resumed_once(&srv, &resolve_path(REPO, "w.bin"), cut);
     assert_eq!(srv.bytes_served(), cut + (size - from));
     assert!(srv.bytes_served() < 2 * size);
     assert_eq!(ran.outcome.downloaded_bytes, Some(size));
@@ -618,19 +606,7 @@ async fn an_s3_download_cut_short_resumes_with_a_signed_range() {
 
     let ran = vol.run(&req, &quick(5)).await;
     assert_eq!(ran.code, 0, "{:?}", ran.outcome);
-    let gets: Vec<_> = srv
-        .requests()
-        .into_iter()
-        .filter(|r| r.path == object_path(key))
-        .collect();
-    assert_eq!(gets.len(), 2, "{gets:?}");
-    assert_eq!(gets[0].range, None);
-    let from: u64 = gets[1]
-        .range
-        .as_deref()
-        .and_then(|r| r.strip_prefix("bytes=")?.strip_suffix('-')?.parse().ok())
-        .unwrap_or_else(|| panic!("a resume from a byte: {:?}", gets[1].range));
-    assert!(from > 0 && from <= cut, "{from}");
+    let (gets, from) = resumed_once(&srv, &object_path(key), cut);
     let auth = gets[1].authorization.clone().unwrap_or_default();
     assert!(
         auth.contains(
@@ -782,4 +758,27 @@ fn progress_climbs_to_the_total(p: &[Progress], total: u64, files: u32) {
         "{p:?}"
     );
     assert!(p.iter().any(|l| l.done_bytes > 0 && l.done_bytes < total));
+}
+
+/// The two GETs of `path`: the first from the start, the second (after a
+/// cut at `cut`) resuming from a byte in (0, cut]; and that byte.
+fn resumed_once(
+    srv: &WeightsServer,
+    path: &str,
+    cut: u64,
+) -> (Vec<fake_apiserver::weights_server::Seen>, u64) {
+    let gets: Vec<_> = srv
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == path)
+        .collect();
+    assert_eq!(gets.len(), 2, "{gets:?}");
+    assert_eq!(gets[0].range, None);
+    let from: u64 = gets[1]
+        .range
+        .as_deref()
+        .and_then(|r| r.strip_prefix("bytes=")?.strip_suffix('-')?.parse().ok())
+        .unwrap_or_else(|| panic!("a resume from a byte: {:?}", gets[1].range));
+    assert!(from > 0 && from <= cut, "{from}");
+    (gets, from)
 }
