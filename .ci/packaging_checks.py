@@ -46,7 +46,7 @@ KUBE_VERSION = "1.37.0"
 KUBE_VERSION_MIN = "1.28.0"
 RELEASE = "modelservice-operator"
 RELEASE_NS = "modelservice-system"
-MODELSERVICE_API = "serving.modelservice.dev/v1beta1"
+MODELSERVICE_API = "serving.modelservice.dev/v1"
 CRD_NAME = "modelservices.serving.modelservice.dev"
 # The webhook Service: crds/modelservice.yaml's clientConfig names it, so the
 # chart (with this release name and namespace) and config/ must create it.
@@ -879,8 +879,11 @@ def docs() -> str:
     expect(not undocumented, f"charts/modelservice-operator/README.md lacks values: {undocumented}")
     install = (ROOT / "docs/install.md").read_text()
     for needle in ("helm install", "kubectl apply -k config/default", "watchNamespace", "crds/modelservice.yaml",
-                   "## Upgrading to v1beta1", "storedVersions", "modelservice-operator convert -f"):
+                   "## Upgrading to v1", "storedVersions", "upgrading.md"):
         expect(needle in install, f"docs/install.md does not mention {needle!r}")
+    upgrading = (ROOT / "docs/upgrading.md").read_text()
+    for needle in ("v1beta1", "v1alpha1", "storedVersions", "modelservice-operator convert -f", "--to v1"):
+        expect(needle in upgrading, f"docs/upgrading.md does not mention {needle!r}")
     return f"{len(leaves(values))} values documented"
 
 

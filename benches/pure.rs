@@ -14,7 +14,7 @@ use modelservice_operator::core::{build_children, validate};
 use std::hint::black_box;
 
 const MS: &str = r#"
-apiVersion: serving.modelservice.dev/v1beta1
+apiVersion: serving.modelservice.dev/v1
 kind: ModelService
 metadata: {name: llama, namespace: ml, uid: 0b7c6a6e-1111-2222-3333-444455556666, generation: 3}
 spec:
@@ -33,7 +33,7 @@ spec:
 fn pure_path(c: &mut Criterion) {
     let ms: ModelService = serde_yaml::from_str(MS).expect("sample");
     let owner = OwnerReference {
-        api_version: "serving.modelservice.dev/v1beta1".into(),
+        api_version: "serving.modelservice.dev/v1".into(),
         kind: "ModelService".into(),
         name: "llama".into(),
         uid: "0b7c6a6e-1111-2222-3333-444455556666".into(),

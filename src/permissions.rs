@@ -318,7 +318,7 @@ mod tests {
     fn the_operator_holds_everything_the_endpoint_pickers_role_grants() {
         let v = crate::core::validate(
             &serde_yaml::from_str(
-                "apiVersion: serving.modelservice.dev/v1beta1\nkind: ModelService\nmetadata: {name: m, namespace: ns}\nspec: {model: {name: m}, runtime: {image: i}}\n",
+                "apiVersion: serving.modelservice.dev/v1\nkind: ModelService\nmetadata: {name: m, namespace: ns}\nspec: {model: {name: m}, runtime: {image: i}}\n",
             )
             .expect("parses"),
             "ns",

@@ -9,8 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
-use modelservice_operator::api::{CRD_FILE, DEPRECATION_WARNING, ModelService, crd, crd_yaml};
-use modelservice_operator::core::convert::{V1BETA1, convert_object};
+use modelservice_operator::api::{CRD_FILE, ModelService, crd, crd_yaml, deprecation_warning};
+use modelservice_operator::core::convert::{V1, convert_object};
 use serde_json::{Value, json};
 
 fn repo(path: &str) -> PathBuf {
@@ -87,9 +87,15 @@ fn minimal_alpha() -> Value {
 }
 
 fn minimal() -> Value {
-    json!({"apiVersion": "serving.modelservice.dev/v1beta1", "kind": "ModelService",
+    json!({"apiVersion": "serving.modelservice.dev/v1", "kind": "ModelService",
            "metadata": {"name": "m", "namespace": "ml"},
            "spec": {"model": {"name": "org/model"}, "runtime": {"image": "vllm/vllm-openai:v0.8.5"}}})
+}
+
+fn minimal_beta() -> Value {
+    let mut doc = minimal();
+    doc["apiVersion"] = json!("serving.modelservice.dev/v1beta1");
+    doc
 }
 
 /// Sets a dotted path of `doc` (`spec.runtime.port`).
@@ -106,8 +112,8 @@ fn set(doc: &mut Value, path: &str, v: Value) {
 
 /// Takes any sample document to the version the operator reads.
 fn as_model_service(doc: Value, file: &Path) -> ModelService {
-    let beta = convert_object(doc, V1BETA1).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-    serde_json::from_value(beta).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+    let v1 = convert_object(doc, V1).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    serde_json::from_value(v1).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
 }
 
 #[test]
@@ -136,7 +142,8 @@ fn crd_uses_only_integer_formats_kubernetes_accepts() {
     }
 }
 
-/// `kubectl explain modelservice.spec.X` must say something for every field.
+/// `kubectl explain modelservice.spec.X` must say something for every field,
+/// in every version (`--api-version=serving.modelservice.dev/v1` included).
 #[test]
 fn every_field_has_a_description() {
     fn walk(path: &str, s: &Value, missing: &mut Vec<String>) {
@@ -157,7 +164,7 @@ fn every_field_has_a_description() {
         }
     }
     let mut missing = Vec::new();
-    for v in ["v1alpha1", "v1beta1"] {
+    for v in ["v1alpha1", "v1beta1", "v1"] {
         let s = &version(v)["schema"]["openAPIV3Schema"];
         for top in ["spec", "status"] {
             walk(&format!("{v}:{top}"), &s["properties"][top], &mut missing);
@@ -179,7 +186,7 @@ fn crd_has_the_subresources_columns_and_names_api_md_promises() {
         crd["spec"]["names"]["shortNames"][0], "msvc",
         "llm-d owns msvc"
     );
-    for name in ["v1beta1", "v1alpha1"] {
+    for name in ["v1", "v1beta1", "v1alpha1"] {
         let v = version(name);
         assert_eq!(v["served"], true, "{name}");
         assert_eq!(v["subresources"]["status"], json!({}));
@@ -211,26 +218,36 @@ fn crd_has_the_subresources_columns_and_names_api_md_promises() {
         alpha["strategy"]["enum"],
         json!(["RollingUpdate", "Recreate"])
     );
-    let beta = &version("v1beta1")["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
-    assert_eq!(beta["replicas"]["default"], 1);
-    assert_eq!(beta["runtime"]["properties"]["port"]["default"], 8000);
-    assert_eq!(
-        beta["runtime"]["properties"]["preset"]["enum"],
-        json!(["vllm", "sglang", "tgi", "none"])
-    );
-    assert_eq!(beta["resources"]["properties"]["gpus"]["default"], 1);
-    assert_eq!(
-        beta["resources"]["properties"]["gpuResource"]["default"],
-        "nvidia.com/gpu"
-    );
-    assert_eq!(
-        beta["rollout"]["properties"]["strategy"]["default"],
-        "RollingUpdate"
-    );
+    for name in ["v1", "v1beta1"] {
+        let beta = &version(name)["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+        assert_eq!(beta["replicas"]["default"], 1);
+        assert_eq!(beta["runtime"]["properties"]["port"]["default"], 8000);
+        assert_eq!(
+            beta["runtime"]["properties"]["preset"]["enum"],
+            json!(["vllm", "sglang", "tgi", "none"])
+        );
+        assert_eq!(beta["resources"]["properties"]["gpus"]["default"], 1);
+        assert_eq!(
+            beta["resources"]["properties"]["gpuResource"]["default"],
+            "nvidia.com/gpu"
+        );
+        assert_eq!(
+            beta["rollout"]["properties"]["strategy"]["default"],
+            "RollingUpdate"
+        );
+    }
+    let autoscaling = |name: &str| {
+        version(name)["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+            ["autoscaling"]["properties"]
+            .clone()
+    };
+    assert!(autoscaling("v1")["keda"]["properties"]["cooldownSeconds"].is_object());
+    assert!(autoscaling("v1").get("cooldownSeconds").is_none());
+    assert!(autoscaling("v1beta1")["cooldownSeconds"].is_object());
 }
 
 #[test]
-fn v1beta1_is_stored_and_v1alpha1_is_deprecated_and_converted_by_webhook() {
+fn v1_is_stored_and_the_older_versions_are_deprecated_and_converted_by_webhook() {
     let crd = crd_json();
     let names: Vec<&str> = crd["spec"]["versions"]
         .as_array()
@@ -238,16 +255,27 @@ fn v1beta1_is_stored_and_v1alpha1_is_deprecated_and_converted_by_webhook() {
         .iter()
         .filter_map(|v| v["name"].as_str())
         .collect();
-    assert_eq!(names, ["v1beta1", "v1alpha1"], "the first is the preferred");
-    assert_eq!(version("v1beta1")["storage"], true);
-    assert_eq!(version("v1alpha1")["storage"], false);
-    assert_eq!(version("v1alpha1")["deprecated"], true);
     assert_eq!(
-        version("v1alpha1")["deprecationWarning"],
-        DEPRECATION_WARNING
+        names,
+        ["v1", "v1beta1", "v1alpha1"],
+        "the first is the preferred"
     );
-    assert!(DEPRECATION_WARNING.contains("v1beta1"));
-    assert!(version("v1beta1").get("deprecated").is_none());
+    assert_eq!(version("v1")["storage"], true);
+    assert!(version("v1").get("deprecated").is_none());
+    for old in ["v1beta1", "v1alpha1"] {
+        let v = version(old);
+        assert_eq!(v["storage"], false, "{old}");
+        assert_eq!(v["deprecated"], true, "{old}");
+        assert_eq!(v["deprecationWarning"], deprecation_warning(old));
+        let warning = deprecation_warning(old);
+        assert!(
+            warning.contains(&format!(
+                "serving.modelservice.dev/{old} ModelService is deprecated"
+            )) && warning.contains("use serving.modelservice.dev/v1 ")
+                && warning.contains("--to v1`"),
+            "{warning}"
+        );
+    }
     let conv = &crd["spec"]["conversion"];
     assert_eq!(conv["strategy"], "Webhook");
     assert_eq!(conv["webhook"]["conversionReviewVersions"], json!(["v1"]));
@@ -258,8 +286,8 @@ fn v1beta1_is_stored_and_v1alpha1_is_deprecated_and_converted_by_webhook() {
 }
 
 #[test]
-fn a_minimal_document_is_accepted_in_both_versions() {
-    for doc in [minimal(), minimal_alpha()] {
+fn a_minimal_document_is_accepted_in_every_version() {
+    for doc in [minimal(), minimal_beta(), minimal_alpha()] {
         let errors = schema_errors(&doc);
         assert!(errors.is_empty(), "{errors:?}");
     }
@@ -304,7 +332,7 @@ fn bad_v1alpha1_documents_are_rejected_naming_the_field() {
 }
 
 #[test]
-fn bad_v1beta1_documents_are_rejected_naming_the_field() {
+fn bad_v1_and_v1beta1_documents_are_rejected_naming_the_field() {
     let cases: &[(&str, &str, Value)] = &[
         ("spec.replicas", "replicas", json!(0)),
         ("spec.replicas", "replicas", json!(101)),
@@ -331,11 +359,43 @@ fn bad_v1beta1_documents_are_rejected_naming_the_field() {
         ),
         ("spec.autoscaling.metric", "metric", json!("m".repeat(257))),
     ];
-    for (path, field, value) in cases {
-        let mut doc = minimal();
+    let keda: &[(Value, &str, &str, Value)] = &[
+        (
+            minimal(),
+            "spec.autoscaling.keda.cooldownSeconds",
+            "cooldownSeconds",
+            json!(-1),
+        ),
+        (
+            minimal(),
+            "spec.autoscaling.keda.pollingSeconds",
+            "pollingSeconds",
+            json!(0),
+        ),
+        (
+            minimal_beta(),
+            "spec.autoscaling.cooldownSeconds",
+            "cooldownSeconds",
+            json!(-1),
+        ),
+    ];
+    let shared = [minimal(), minimal_beta()].into_iter().flat_map(|doc| {
+        cases
+            .iter()
+            .map(move |(p, f, v)| (doc.clone(), *p, *f, v.clone()))
+    });
+    let keda = keda.iter().cloned();
+    for (mut doc, path, field, value) in shared.chain(keda) {
+        if path.starts_with("spec.autoscaling.") {
+            doc["spec"]["autoscaling"] = json!({"maxReplicas": 2});
+        }
         set(&mut doc, path, value.clone());
         let errors = schema_errors(&doc);
-        assert!(!errors.is_empty(), "{path}: {value} was accepted");
+        assert!(
+            !errors.is_empty(),
+            "{}: {path}: {value} was accepted",
+            doc["apiVersion"]
+        );
         assert!(
             errors.iter().any(|e| e.contains(field)),
             "{path}: errors do not name {field}: {errors:?}"
@@ -355,7 +415,7 @@ fn bad_v1beta1_documents_are_rejected_naming_the_field() {
 
 #[test]
 fn the_cel_rule_rejects_max_below_min() {
-    for mut doc in [minimal(), minimal_alpha()] {
+    for mut doc in [minimal(), minimal_beta(), minimal_alpha()] {
         doc["spec"]["autoscaling"] = json!({"minReplicas": 4, "maxReplicas": 2});
         let errors = schema_errors(&doc);
         assert!(
@@ -406,17 +466,22 @@ fn names_that_cannot_name_the_children_are_refused_naming_metadata_name() {
 fn every_sample_is_valid_and_parses_as_a_modelservice() {
     let mut files = yaml_files(&repo("config/samples"));
     let alpha = yaml_files(&repo("config/samples/v1alpha1"));
+    let beta = yaml_files(&repo("config/samples/v1beta1"));
     assert!(
-        files.len() >= 2 && alpha.len() >= 2,
-        "expected a minimal and a full sample in each version, found {files:?} {alpha:?}"
+        files.len() >= 2 && alpha.len() >= 2 && beta.len() >= 2,
+        "expected a minimal and a full sample in each version, found {files:?} {alpha:?} {beta:?}"
     );
     files.extend(alpha);
+    files.extend(beta);
     let mut autoscaled = false;
     for f in files {
-        let want = if f.parent().is_some_and(|p| p.ends_with("v1alpha1")) {
-            "serving.modelservice.dev/v1alpha1"
-        } else {
-            "serving.modelservice.dev/v1beta1"
+        let want = match f
+            .parent()
+            .and_then(Path::file_name)
+            .and_then(|d| d.to_str())
+        {
+            Some(old @ ("v1alpha1" | "v1beta1")) => format!("serving.modelservice.dev/{old}"),
+            _ => "serving.modelservice.dev/v1".to_string(),
         };
         for doc in yaml_docs(&f) {
             assert_eq!(doc["apiVersion"], want, "{}", f.display());

@@ -1,16 +1,19 @@
-//! Conversion between v1alpha1 and v1beta1: lossless both ways for every
-//! valid object (property tests), the v1beta1-only fields carried in the
-//! annotation, and the children of an object written in v1alpha1 exactly
-//! what the release before v1beta1 built, so an upgrade restarts no pod.
+//! Conversion between the three served versions, through v1 as the hub:
+//! lossless in all six directions for every valid object, each result
+//! valid against its target version's schema (property tests); the fields
+//! an older version lacks carried in the annotation, under the trust rules;
+//! and the children of an object written in v1alpha1 exactly what the
+//! release before v1beta1 built, so an upgrade restarts no pod.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::{EnvVar, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use modelservice_operator::api::{self, v1alpha1};
+use modelservice_operator::api::{self, v1alpha1, v1beta1};
 use modelservice_operator::core::convert::{
-    ConversionError, FIELDS_ANNOTATION, V1ALPHA1, V1BETA1, convert_checked, convert_object,
+    ConversionError, FIELDS_ANNOTATION, LEGACY_FIELDS_ANNOTATION, V1, V1ALPHA1, V1BETA1,
+    convert_checked, convert_object,
 };
 use modelservice_operator::runtime::render::render;
 use proptest::prelude::*;
@@ -178,7 +181,7 @@ fn preset() -> impl Strategy<Value = Option<api::Preset>> {
     ])
 }
 
-/// The v1beta1-only autoscaling fields (KEDA), any of them set or not.
+/// The autoscaling fields v1alpha1 lacks (KEDA), any of them set or not.
 type KedaFields = (
     Option<api::Engine>,
     Option<String>,
@@ -294,7 +297,7 @@ fn weights() -> impl Strategy<Value = (Option<api::ModelSource>, Option<api::Mod
     (proptest::option::of(source), proptest::option::of(cache))
 }
 
-fn beta_spec() -> impl Strategy<Value = api::ModelServiceSpec> {
+fn v1_spec() -> impl Strategy<Value = api::ModelServiceSpec> {
     (
         alpha_spec(),
         preset(),
@@ -350,10 +353,18 @@ fn beta_spec() -> impl Strategy<Value = api::ModelServiceSpec> {
                         max_replicas: x.max_replicas,
                         target_queue_length: x.target_queue_length,
                         metric: x.metric,
-                        prometheus: keda.1.map(|address| api::PrometheusSource { address }),
-                        activation_queue_length: keda.2,
-                        cooldown_seconds: keda.3,
-                        polling_seconds: keda.4,
+                        // `keda: {}` and no keda mean the same, and
+                        // v1beta1 has no place for the empty object.
+                        keda: (keda.1.is_some()
+                            || keda.2.is_some()
+                            || keda.3.is_some()
+                            || keda.4.is_some())
+                        .then(|| api::KedaOptions {
+                            prometheus: keda.1.map(|address| api::PrometheusSource { address }),
+                            activation_queue_length: keda.2,
+                            cooldown_seconds: keda.3,
+                            polling_seconds: keda.4,
+                        }),
                     }),
                 }
             },
@@ -368,19 +379,52 @@ fn object(api_version: &str, spec: Value, metadata: Value, status: Option<Value>
     o
 }
 
-/// The problems the v1alpha1 schema (and its CEL rules) finds in `obj`:
-/// a conversion to v1alpha1 is a read, never refused, so its result must
-/// hold by construction.
-fn v1alpha1_schema_errors(obj: &Value) -> Vec<String> {
-    static SCHEMA: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
-    let schema = SCHEMA.get_or_init(|| {
-        let crd = serde_json::to_value(api::crd().expect("versions merge")).expect("CRD");
-        crd["spec"]["versions"]
-            .as_array()
-            .and_then(|vs| vs.iter().find(|v| v["name"] == "v1alpha1"))
-            .map(|v| v["schema"]["openAPIV3Schema"].clone())
-            .expect("a v1alpha1 schema")
-    });
+/// The same spec as v1beta1 writes it, mapped by hand (not by the code
+/// under test): the KEDA knobs flat in `autoscaling`.
+fn beta_of(spec: &api::ModelServiceSpec) -> v1beta1::ModelServiceSpec {
+    v1beta1::ModelServiceSpec {
+        model: spec.model.clone(),
+        runtime: spec.runtime.clone(),
+        replicas: spec.replicas,
+        resources: spec.resources.clone(),
+        scheduling: spec.scheduling.clone(),
+        rollout: spec.rollout.clone(),
+        route: spec.route.clone(),
+        parallelism: spec.parallelism.clone(),
+        autoscaling: spec.autoscaling.as_ref().map(|a| {
+            let keda = a.keda();
+            v1beta1::Autoscaling {
+                engine: a.engine,
+                min_replicas: a.min_replicas,
+                max_replicas: a.max_replicas,
+                target_queue_length: a.target_queue_length,
+                metric: a.metric.clone(),
+                prometheus: keda.prometheus,
+                activation_queue_length: keda.activation_queue_length,
+                cooldown_seconds: keda.cooldown_seconds,
+                polling_seconds: keda.polling_seconds,
+            }
+        }),
+    }
+}
+
+/// The problems the schema of `obj`'s own version (and its CEL rules) finds
+/// in it. A conversion to an older version is a read, never refused, so its
+/// result must hold by construction; one to v1 is checked by the webhook
+/// too, but must hold here for every valid source.
+fn schema_errors(obj: &Value) -> Vec<String> {
+    static CRD: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    let crd =
+        CRD.get_or_init(|| serde_json::to_value(api::crd().expect("versions merge")).expect("CRD"));
+    let version = obj["apiVersion"]
+        .as_str()
+        .and_then(|a| a.rsplit('/').next())
+        .unwrap_or_default();
+    let schema = crd["spec"]["versions"]
+        .as_array()
+        .and_then(|vs| vs.iter().find(|v| v["name"] == version))
+        .map(|v| &v["schema"]["openAPIV3Schema"])
+        .unwrap_or_else(|| panic!("a schema for {version}"));
     let mut errors: Vec<String> = jsonschema::validator_for(schema)
         .expect("the schema compiles")
         .iter_errors(obj)
@@ -392,67 +436,113 @@ fn v1alpha1_schema_errors(obj: &Value) -> Vec<String> {
     errors
 }
 
+/// Whether a v1 spec has anything v1alpha1 cannot say. Surge Never is what
+/// v1alpha1 means; unset (the default, Auto) is kept, as null.
+fn beyond_v1alpha1(spec: &api::ModelServiceSpec) -> bool {
+    spec.runtime.preset.is_some()
+        || spec.rollout.surge != Some(api::Surge::Never)
+        || spec.rollout.canary.is_some()
+        || spec.route.is_some()
+        || spec.parallelism.is_some()
+        || spec.model.source.is_some()
+        || spec.model.cache.is_some()
+        || spec
+            .autoscaling
+            .as_ref()
+            .is_some_and(|a| a.engine.is_some() || a.keda.is_some() || a.min_replicas == 0)
+}
+
+/// `from` → `to` → `from`, asserting that both results validate against
+/// their schema and the trip ends where it started.
+fn round_trip(from: &Value, to: &str) -> Result<Value, TestCaseError> {
+    let there = convert(from.clone(), to);
+    prop_assert_eq!(
+        schema_errors(&there),
+        Vec::<String>::new(),
+        "{} validates",
+        to
+    );
+    let back_to = from["apiVersion"].as_str().unwrap_or_default();
+    let back = convert(there.clone(), back_to);
+    prop_assert_eq!(
+        schema_errors(&back),
+        Vec::<String>::new(),
+        "{} validates",
+        back_to
+    );
+    prop_assert_eq!(
+        &back,
+        from,
+        "{} → {} → {} is the identity",
+        back_to,
+        to,
+        back_to
+    );
+    Ok(there)
+}
+
 fn convert(v: Value, to: &str) -> Value {
     convert_object(v, to).expect("a valid object converts")
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(400))]
+    #![proptest_config(ProptestConfig::with_cases(256))]
 
+    /// v1alpha1 → v1 → v1alpha1, and v1alpha1 → v1beta1 → v1alpha1.
     #[test]
-    fn v1alpha1_to_v1beta1_and_back_is_the_identity(spec in alpha_spec(), meta in metadata(), status in status()) {
+    fn v1alpha1_objects_round_trip_through_v1_and_v1beta1(spec in alpha_spec(), meta in metadata(), status in status()) {
         let alpha = object(V1ALPHA1, serde_json::to_value(&spec).expect("spec"), meta, status);
-        let beta = convert(alpha.clone(), V1BETA1);
-        prop_assert!(beta["metadata"]["annotations"].get(FIELDS_ANNOTATION).is_none());
-        let typed: api::ModelService = serde_json::from_value(beta.clone()).expect("a v1beta1 object");
+        let v1 = round_trip(&alpha, V1)?;
+        prop_assert!(v1["metadata"]["annotations"].get(FIELDS_ANNOTATION).is_none());
+        let typed: api::ModelService = serde_json::from_value(v1.clone()).expect("a v1 object");
         prop_assert_eq!(typed.spec.runtime.preset, None, "v1alpha1 reads as the v1alpha1 command line");
         prop_assert_eq!(typed.spec.rollout.surge, Some(api::Surge::Never), "v1alpha1 never surges");
-        prop_assert_eq!(
-            convert_checked(alpha.clone(), V1BETA1).map(|_| ()),
-            Ok(()),
-            "the result validates against the v1beta1 schema"
-        );
-        prop_assert_eq!(convert(beta, V1ALPHA1), alpha);
+        prop_assert_eq!(convert_checked(alpha.clone(), V1).map(|_| ()), Ok(()), "the webhook agrees");
+        let beta = round_trip(&alpha, V1BETA1)?;
+        prop_assert!(beta["metadata"]["annotations"].get(FIELDS_ANNOTATION).is_none());
+        prop_assert_eq!(convert(beta, V1), v1, "through v1beta1 or not, the same v1 object");
     }
 
+    /// v1beta1 → v1 → v1beta1, and v1beta1 → v1alpha1 → v1beta1.
     #[test]
-    fn v1beta1_to_v1alpha1_and_back_is_the_identity(spec in beta_spec(), meta in metadata(), status in status()) {
-        let beta = object(V1BETA1, serde_json::to_value(&spec).expect("spec"), meta, status);
-        let alpha = convert(beta.clone(), V1ALPHA1);
-        let typed: v1alpha1::ModelService = serde_json::from_value(alpha.clone()).expect("a v1alpha1 object");
-        prop_assert_eq!(&typed.spec.image, &spec.runtime.image);
-        prop_assert_eq!(v1alpha1_schema_errors(&alpha), Vec::<String>::new(), "the result validates against the v1alpha1 schema");
-        // Surge Never is what v1alpha1 means; unset (the default, Auto)
-        // is kept, as null.
-        let beta_only = spec.runtime.preset.is_some()
-            || spec.rollout.surge != Some(api::Surge::Never)
-            || spec.rollout.canary.is_some()
-            || spec.route.is_some()
-            || spec.parallelism.is_some()
-            || spec.model.source.is_some()
-            || spec.model.cache.is_some()
-            || spec.autoscaling.as_ref().is_some_and(|a| {
-                a.engine.is_some()
-                    || a.prometheus.is_some()
-                    || a.activation_queue_length.is_some()
-                    || a.cooldown_seconds.is_some()
-                    || a.polling_seconds.is_some()
-                    || a.min_replicas == 0
-            });
+    fn v1beta1_objects_round_trip_through_v1_and_v1alpha1(spec in v1_spec(), meta in metadata(), status in status()) {
+        let beta = object(V1BETA1, serde_json::to_value(beta_of(&spec)).expect("spec"), meta.clone(), status.clone());
+        let v1 = round_trip(&beta, V1)?;
+        prop_assert_eq!(
+            &v1,
+            &object(V1, serde_json::to_value(&spec).expect("spec"), meta, status),
+            "v1beta1 reads in v1 as the same spec, written in v1"
+        );
+        let alpha = round_trip(&beta, V1ALPHA1)?;
         prop_assert_eq!(
             alpha["metadata"]["annotations"].get(FIELDS_ANNOTATION).is_some(),
-            beta_only,
-            "the annotation holds exactly the v1beta1-only fields"
+            beyond_v1alpha1(&spec),
+            "the annotation holds exactly what v1alpha1 cannot say"
         );
+    }
+
+    /// v1 → v1beta1 → v1, and v1 → v1alpha1 → v1.
+    #[test]
+    fn v1_objects_round_trip_through_v1beta1_and_v1alpha1(spec in v1_spec(), meta in metadata(), status in status()) {
+        let v1 = object(V1, serde_json::to_value(&spec).expect("spec"), meta.clone(), status.clone());
+        let beta = round_trip(&v1, V1BETA1)?;
+        prop_assert_eq!(
+            &beta,
+            &object(V1BETA1, serde_json::to_value(beta_of(&spec)).expect("spec"), meta, status),
+            "v1beta1 has a place for every v1 field: no annotation"
+        );
+        let alpha = round_trip(&v1, V1ALPHA1)?;
+        let typed: v1alpha1::ModelService = serde_json::from_value(alpha.clone()).expect("a v1alpha1 object");
+        prop_assert_eq!(&typed.spec.image, &spec.runtime.image);
         if let Some(min) = typed.spec.autoscaling.as_ref().map(|a| a.min_replicas) {
             prop_assert!(min >= 1, "v1alpha1 shows a minReplicas its schema accepts");
         }
         prop_assert_eq!(
-            convert_checked(alpha.clone(), V1BETA1).map(|_| ()),
-            Ok(()),
-            "the way back validates against the v1beta1 schema"
+            alpha["metadata"]["annotations"].get(FIELDS_ANNOTATION).is_some(),
+            beyond_v1alpha1(&spec),
+            "the annotation holds exactly what v1alpha1 cannot say"
         );
-        prop_assert_eq!(convert(alpha, V1BETA1), beta);
+        prop_assert_eq!(convert_checked(alpha, V1).map(|_| ()), Ok(()), "the webhook agrees");
     }
 }
 
@@ -565,7 +655,7 @@ fn the_annotation_never_overrides_a_field_v1alpha1_has() {
 }
 
 /// The same forged create, as the webhook answers the API server: the
-/// canary's 5000 replicas break the v1beta1 schema, and the review fails
+/// canary's 5000 replicas break the v1 (storage) schema, and the review fails
 /// with a message naming the field, so nothing is stored.
 #[test]
 fn the_webhook_refuses_a_conversion_whose_result_breaks_the_storage_schema() {
@@ -575,7 +665,7 @@ fn the_webhook_refuses_a_conversion_whose_result_breaks_the_storage_schema() {
         "spec": {"model": "good", "image": "good.example.com/x:1"}});
     let review = |object: Value| {
         let body = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
-            "request": {"uid": "u", "desiredAPIVersion": V1BETA1, "objects": [object]}});
+            "request": {"uid": "u", "desiredAPIVersion": V1, "objects": [object]}});
         modelservice_operator::webhook::review::handle(
             body.to_string().as_bytes(),
             modelservice_operator::core::convert::convert_checked,
@@ -601,6 +691,77 @@ fn the_webhook_refuses_a_conversion_whose_result_breaks_the_storage_schema() {
         answer["response"]["convertedObjects"][0]["spec"]["rollout"]["canary"]["replicas"],
         5
     );
+}
+
+/// KEDA's knobs: flat in v1beta1, in `autoscaling.keda` in v1, in the
+/// annotation in v1alpha1 (with the engine and the real minReplicas).
+fn keda_beta() -> Value {
+    json!({"apiVersion": V1BETA1, "kind": "ModelService", "metadata": {"name": "m", "namespace": "ml"},
+        "spec": {"model": {"name": "qwen"}, "runtime": {"image": "vllm:1"}, "rollout": {"surge": "Never"},
+            "autoscaling": {"engine": "KEDA", "minReplicas": 0, "maxReplicas": 3,
+                "prometheus": {"address": "http://prom:9090"}, "cooldownSeconds": 60}}})
+}
+
+#[test]
+fn keda_knobs_move_between_autoscaling_and_autoscaling_keda() {
+    let v1 = convert(keda_beta(), V1);
+    assert_eq!(
+        v1["spec"]["autoscaling"],
+        json!({"engine": "KEDA", "minReplicas": 0, "maxReplicas": 3,
+            "keda": {"prometheus": {"address": "http://prom:9090"}, "cooldownSeconds": 60}})
+    );
+    let alpha = convert(v1.clone(), V1ALPHA1);
+    assert_eq!(
+        alpha["spec"]["autoscaling"],
+        json!({"minReplicas": 1, "maxReplicas": 3})
+    );
+    assert_eq!(
+        alpha["metadata"]["annotations"][FIELDS_ANNOTATION],
+        r#"{"autoscaling":{"engine":"KEDA","keda":{"cooldownSeconds":60,"prometheus":{"address":"http://prom:9090"}},"minReplicas":0}}"#,
+        "kept in the v1 shape"
+    );
+    assert_eq!(convert(alpha.clone(), V1BETA1), keda_beta());
+    assert_eq!(convert(alpha, V1), v1);
+}
+
+/// A v1alpha1 client that read an object from the v1beta1 release holds
+/// its kept fields in the v1beta1 shape, under the old annotation name.
+/// Sent back after the upgrade, they still come back, in v1's shape, and
+/// still never override what v1alpha1 says.
+#[test]
+fn the_v1beta1_release_annotation_is_still_read() {
+    let from_the_old_release = json!({"apiVersion": V1ALPHA1, "kind": "ModelService",
+        "metadata": {"name": "m", "namespace": "ml", "annotations": {LEGACY_FIELDS_ANNOTATION:
+            r#"{"autoscaling":{"engine":"KEDA","minReplicas":0,"cooldownSeconds":60},"runtime":{"preset":"sglang","image":"evil:1"},"rollout":{"surge":null}}"#}},
+        "spec": {"model": "qwen", "image": "vllm:1", "autoscaling": {"minReplicas": 1, "maxReplicas": 3}}});
+    let v1 = convert(from_the_old_release, V1);
+    assert_eq!(
+        v1["spec"],
+        json!({"model": {"name": "qwen"}, "runtime": {"image": "vllm:1", "preset": "sglang"},
+            "autoscaling": {"engine": "KEDA", "minReplicas": 0, "maxReplicas": 3,
+                "keda": {"cooldownSeconds": 60}}})
+    );
+    assert!(v1["metadata"].get("annotations").is_none(), "{v1}");
+    assert_eq!(schema_errors(&v1), Vec::<String>::new());
+}
+
+/// The API server never puts a kept-fields annotation on a v1 object; one
+/// written there by hand is dropped on the way to an older version, where it
+/// would otherwise come back as fields.
+#[test]
+fn a_kept_fields_annotation_on_a_v1_object_means_nothing() {
+    let v1 = json!({"apiVersion": V1, "kind": "ModelService",
+        "metadata": {"name": "m", "annotations": {FIELDS_ANNOTATION: r#"{"route":{"path":"/x"}}"#, "team": "ml"}},
+        "spec": {"model": {"name": "m"}, "runtime": {"image": "i"}, "rollout": {"surge": "Never"}}});
+    for to in [V1BETA1, V1ALPHA1] {
+        let older = convert(v1.clone(), to);
+        assert_eq!(
+            older["metadata"]["annotations"],
+            json!({"team": "ml"}),
+            "{to}"
+        );
+        assert!(convert(older, V1)["spec"].get("route").is_none(), "{to}");
+    }
 }
 
 #[test]
@@ -659,6 +820,9 @@ fn unknown_versions_are_refused_with_a_reason() {
         sglang(),
         "same version: unchanged"
     );
+    for served in modelservice_operator::core::convert::SERVED {
+        assert!(convert_object(sglang(), served).is_ok(), "{served}");
+    }
 }
 
 /// `tests/golden/` holds what `render` printed for each v1alpha1 sample at
@@ -693,7 +857,7 @@ fn v1alpha1_objects_get_exactly_the_children_the_previous_release_built() {
         let alpha: Value = serde_yaml::from_str(&std::fs::read_to_string(&path).expect("sample"))
             .expect("sample yaml");
         let ms: api::ModelService =
-            serde_json::from_value(convert(alpha, V1BETA1)).expect("a v1beta1 object");
+            serde_json::from_value(convert(alpha, V1)).expect("a v1 object");
         let valid = validate(&ms, "ml").expect("valid");
         let prior = Prior {
             stable_template: Some(made["spec"]["template"].clone()),

@@ -180,7 +180,7 @@ impl World {
     }
 
     async fn create(&self, name: &str, spec: serde_json::Value) -> ModelService {
-        let ms = json!({"apiVersion": "serving.modelservice.dev/v1beta1", "kind": "ModelService",
+        let ms = json!({"apiVersion": "serving.modelservice.dev/v1", "kind": "ModelService",
             "metadata": {"name": name, "namespace": NS}, "spec": spec});
         self.api::<ModelService>()
             .patch(
@@ -449,7 +449,7 @@ async fn keda_without_its_api_is_a_degraded_reason_and_the_model_still_serves() 
     let w = world(true).await;
     let mut s = spec();
     s["autoscaling"] = json!({"engine": "KEDA", "minReplicas": 0, "maxReplicas": 3,
-        "prometheus": {"address": "http://prom:9090"}});
+        "keda": {"prometheus": {"address": "http://prom:9090"}}});
     let ms = w.create("k", s).await;
     w.reconcile(ms).await;
     let ms = w.get("k").await;
@@ -507,7 +507,7 @@ async fn from_keda_at_zero_to_the_hpa_wakes_the_model_once() {
     let w = with_keda(world(true).await).await;
     let mut s = spec();
     s["autoscaling"] = json!({"engine": "KEDA", "minReplicas": 0, "maxReplicas": 4,
-        "prometheus": {"address": "http://prom:9090"}});
+        "keda": {"prometheus": {"address": "http://prom:9090"}}});
     let ms = w.create("z", s).await;
     w.reconcile(ms).await;
     let w = w.synced().await;

@@ -106,7 +106,7 @@ async fn convert_over_https(addr: SocketAddr, ca_pem: &str) -> Value {
         .expect("HTTP handshake");
     tokio::spawn(conn);
     let review = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
-        "request": {"uid": "u-1", "desiredAPIVersion": "serving.modelservice.dev/v1beta1",
+        "request": {"uid": "u-1", "desiredAPIVersion": "serving.modelservice.dev/v1",
             "objects": [{"apiVersion": "serving.modelservice.dev/v1alpha1", "kind": "ModelService",
                          "metadata": {"name": "a", "namespace": "ml"}}]}});
     let req = http::Request::post("/convert")
@@ -178,7 +178,7 @@ async fn replicas_share_one_ca_serve_it_and_publish_it_once() {
     assert_eq!(out["response"]["result"]["status"], "Success");
     assert_eq!(
         out["response"]["convertedObjects"][0]["apiVersion"],
-        "serving.modelservice.dev/v1beta1"
+        "serving.modelservice.dev/v1"
     );
 
     // A second replica reads, serves the same CA, and writes nothing.

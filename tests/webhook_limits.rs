@@ -72,7 +72,7 @@ async fn review(addr: SocketAddr, ca: &KeyedCert) -> (u16, Value) {
             .expect("HTTP handshake");
     tokio::spawn(conn);
     let body = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
-        "request": {"uid": "u", "desiredAPIVersion": "serving.modelservice.dev/v1beta1",
+        "request": {"uid": "u", "desiredAPIVersion": "serving.modelservice.dev/v1",
             "objects": [{"apiVersion": "serving.modelservice.dev/v1alpha1", "kind": "ModelService",
                 "metadata": {"name": "a", "namespace": "ml"}}]}});
     let req = http::Request::post("/convert")

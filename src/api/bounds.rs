@@ -29,7 +29,7 @@ pub const RESOURCE_NAME: u32 = 317;
 pub const TOLERATIONS: u32 = 64;
 /// `autoscaling.metric`: a Prometheus metric name.
 pub const METRIC: u32 = 256;
-/// `autoscaling.prometheus.address`: a URL.
+/// `autoscaling.keda.prometheus.address`: a URL.
 pub const URL: u32 = 2048;
 /// A DNS name (a hostname, an object name).
 pub const DNS_NAME: u32 = 253;

@@ -1,4 +1,4 @@
-//! The one CRD that serves both versions, shared by the `crd` command, the
+//! The one CRD that serves all three versions, shared by the `crd` command, the
 //! webhook's clientConfig upkeep and the drift test.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
@@ -8,7 +8,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use kube::CustomResourceExt;
 use kube::core::crd::{MergeError, merge_crds};
 
-use super::{v1alpha1, v1beta1};
+use super::{v1, v1alpha1, v1beta1};
 
 /// Where the generated CRD is committed, relative to the repository root.
 pub const CRD_FILE: &str = "crds/modelservice.yaml";
@@ -16,11 +16,16 @@ pub const CRD_FILE: &str = "crds/modelservice.yaml";
 pub const CRD_NAME: &str = "modelservices.serving.modelservice.dev";
 pub const GROUP: &str = "serving.modelservice.dev";
 /// The version the API server stores, and the one the operator reads.
-pub const STORAGE_VERSION: &str = "v1beta1";
+pub const STORAGE_VERSION: &str = "v1";
 /// The path the conversion webhook serves.
 pub const WEBHOOK_PATH: &str = "/convert";
-/// What `kubectl` prints on every v1alpha1 request.
-pub const DEPRECATION_WARNING: &str = "serving.modelservice.dev/v1alpha1 ModelService is deprecated; use serving.modelservice.dev/v1beta1 (`modelservice-operator convert -f FILE --to v1beta1` rewrites manifests)";
+/// What `kubectl` prints on every request in a deprecated `version`: it
+/// names v1 and the command that rewrites manifests.
+pub fn deprecation_warning(version: &str) -> String {
+    format!(
+        "{GROUP}/{version} ModelService is deprecated; use {GROUP}/{STORAGE_VERSION} (`modelservice-operator convert -f FILE --to {STORAGE_VERSION}` rewrites manifests)"
+    )
+}
 
 /// The Service the plain manifests (`crds/`, `config/`) point the webhook at.
 /// The operator rewrites the clientConfig to what it was told
@@ -28,17 +33,28 @@ pub const DEPRECATION_WARNING: &str = "serving.modelservice.dev/v1alpha1 ModelSe
 const DEFAULT_WEBHOOK_NAMESPACE: &str = "modelservice-system";
 const DEFAULT_WEBHOOK_SERVICE: &str = "modelservice-operator-webhook";
 
-/// Both versions in one CRD: v1beta1 stored and listed first (so it is what
-/// clients prefer), v1alpha1 served and deprecated, conversion by webhook.
+/// All versions in one CRD: v1 stored and listed first (so it is what
+/// clients prefer), v1beta1 and v1alpha1 served and deprecated, conversion
+/// by webhook.
 pub fn crd() -> Result<CustomResourceDefinition, MergeError> {
     let mut crd = merge_crds(
-        vec![v1beta1::ModelService::crd(), v1alpha1::ModelService::crd()],
+        vec![
+            v1::ModelService::crd(),
+            v1beta1::ModelService::crd(),
+            v1alpha1::ModelService::crd(),
+        ],
         STORAGE_VERSION,
     )?;
+    // Newest first, as API discovery ranks them (merging does not keep the
+    // order it was given).
+    const ORDER: [&str; 3] = ["v1", "v1beta1", "v1alpha1"];
+    crd.spec
+        .versions
+        .sort_by_key(|v| ORDER.iter().position(|o| *o == v.name));
     for v in &mut crd.spec.versions {
         if v.name != STORAGE_VERSION {
             v.deprecated = Some(true);
-            v.deprecation_warning = Some(DEPRECATION_WARNING.into());
+            v.deprecation_warning = Some(deprecation_warning(&v.name));
         }
     }
     crd.spec.conversion = Some(CustomResourceConversion {

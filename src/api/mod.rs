@@ -4,9 +4,10 @@
 //! (`modelservice-operator crd`), so every validation rule, default and
 //! description lives here, next to the field it describes.
 //!
-//! Two versions are served. [`v1beta1`] is stored and is what the operator
-//! reconciles, so its types are re-exported here; [`v1alpha1`] is deprecated
-//! and reaches the operator only through `core::convert`.
+//! Three versions are served. [`v1`] is stored and is what the operator
+//! reconciles, so its types are re-exported here; [`v1beta1`] and
+//! [`v1alpha1`] are deprecated and reach the operator only through
+//! `core::convert`, where v1 is the hub.
 
 pub mod bounds;
 mod crd;
@@ -17,20 +18,21 @@ pub mod keda;
 pub mod lws;
 pub mod schema_check;
 mod status;
+pub mod v1;
 pub mod v1alpha1;
 pub mod v1beta1;
 
 pub use crd::{
-    CRD_FILE, CRD_NAME, DEPRECATION_WARNING, GROUP, STORAGE_VERSION, WEBHOOK_PATH, crd, crd_yaml,
+    CRD_FILE, CRD_NAME, GROUP, STORAGE_VERSION, WEBHOOK_PATH, crd, crd_yaml, deprecation_warning,
 };
 pub use defaults::{DEFAULT_GPU_RESOURCE, DEFAULT_METRIC, DEFAULT_PORT};
 pub use status::{
     AutoscalerStatus, ModelServiceStatus, ModelWeightsStatus, PoolStatus, RouteParentStatus,
     RouteStatus, TrackStatus, TracksStatus, condition_types,
 };
-pub use v1beta1::{
+pub use v1::{
     Autoscaling, CacheAccessMode, Canary, CanaryModel, CanaryRuntime, Engine, FailureMode,
-    InferencePoolOptions, Model, ModelCache, ModelService, ModelServiceSpec, ModelSource,
-    Parallelism, ParentReference, Preset, PrometheusSource, Resources, Rollout, RolloutStrategy,
-    Route, RouteBackend, Runtime, Scheduling, Surge,
+    InferencePoolOptions, KedaOptions, Model, ModelCache, ModelService, ModelServiceSpec,
+    ModelSource, Parallelism, ParentReference, Preset, PrometheusSource, Resources, Rollout,
+    RolloutStrategy, Route, RouteBackend, Runtime, Scheduling, Surge,
 };

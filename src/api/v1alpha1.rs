@@ -1,7 +1,7 @@
 //! `serving.modelservice.dev/v1alpha1`: the first, flat version of the spec.
 //!
 //! Still served (deprecated) so that objects and Git repositories written
-//! against it keep working; it converts losslessly to and from v1beta1
+//! against it keep working; it converts losslessly to and from v1
 //! (`core::convert`), which is what the operator reconciles and stores.
 //!
 //! Integers are `i32`: schemars would emit `format: uint32` for unsigned
@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use super::status::ModelServiceStatus;
-pub use super::v1beta1::RolloutStrategy;
+pub use super::v1::RolloutStrategy;
 
 use super::defaults::{
     default_gpu_resource, default_gpus, default_metric, default_min_replicas, default_port,

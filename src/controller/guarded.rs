@@ -102,7 +102,7 @@ mod tests {
 
     fn object(spec: serde_json::Value) -> serde_json::Value {
         json!({
-            "apiVersion": "serving.modelservice.dev/v1beta1", "kind": "ModelService",
+            "apiVersion": "serving.modelservice.dev/v1", "kind": "ModelService",
             "metadata": {"name": "m", "namespace": "ns", "generation": 2, "finalizers": ["f"]},
             "spec": spec
         })

@@ -144,7 +144,7 @@ mod tests {
     #[test]
     fn an_object_is_keyed_by_its_kind_namespace_and_name() {
         let ms: crate::api::ModelService = serde_json::from_value(serde_json::json!({
-            "apiVersion": "serving.modelservice.dev/v1beta1", "kind": "ModelService",
+            "apiVersion": "serving.modelservice.dev/v1", "kind": "ModelService",
             "metadata": {"name": "m", "namespace": "ns"},
             "spec": {"model": {"name": "x"}, "runtime": {"image": "i"}}
         }))
@@ -193,7 +193,7 @@ mod tests {
         let fresh = Freshness::default();
         r.record("ModelService/ns/m", Some("42"), "ours");
         let echo: ModelService = serde_json::from_value(serde_json::json!({
-            "apiVersion": "serving.modelservice.dev/v1beta1", "kind": "ModelService",
+            "apiVersion": "serving.modelservice.dev/v1", "kind": "ModelService",
             "metadata": {"name": "m", "namespace": "ns", "resourceVersion": "42"},
             "spec": {"model": {"name": "x"}, "runtime": {"image": "i"}}
         }))

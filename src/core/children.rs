@@ -466,7 +466,7 @@ pub(crate) mod tests {
     pub fn sample() -> ModelService {
         serde_yaml::from_str(
             r#"
-apiVersion: serving.modelservice.dev/v1beta1
+apiVersion: serving.modelservice.dev/v1
 kind: ModelService
 metadata: {name: llama, namespace: ml, uid: 0b7c6a6e-1111-2222-3333-444455556666, generation: 3}
 spec:
@@ -493,7 +493,7 @@ spec:
     #[test]
     fn defaults_fill_in_what_the_document_omits() {
         let ms: ModelService = serde_yaml::from_str(
-            "apiVersion: serving.modelservice.dev/v1beta1\nkind: ModelService\nmetadata: {name: m}\nspec: {model: {name: m}, runtime: {image: i}}\n",
+            "apiVersion: serving.modelservice.dev/v1\nkind: ModelService\nmetadata: {name: m}\nspec: {model: {name: m}, runtime: {image: i}}\n",
         )
         .expect("parses");
         assert_eq!(
@@ -515,7 +515,7 @@ spec:
     #[test]
     fn every_child_is_owned_and_labelled() {
         let owner = OwnerReference {
-            api_version: "serving.modelservice.dev/v1beta1".into(),
+            api_version: "serving.modelservice.dev/v1".into(),
             kind: "ModelService".into(),
             name: "llama".into(),
             uid: "u-1".into(),

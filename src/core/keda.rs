@@ -40,7 +40,7 @@ pub fn build(v: &ValidSpec, owner: Option<&OwnerReference>) -> Option<ScaledObje
         ("threshold".to_string(), a.target_queue_length.to_string()),
         (
             "activationThreshold".to_string(),
-            a.activation_queue_length.unwrap_or(0).to_string(),
+            a.keda().activation_queue_length.unwrap_or(0).to_string(),
         ),
     ]);
     Some(ScaledObject::new(
@@ -56,8 +56,11 @@ pub fn build(v: &ValidSpec, owner: Option<&OwnerReference>) -> Option<ScaledObje
             },
             min_replica_count: a.min_replicas,
             max_replica_count: a.max_replicas,
-            polling_interval: a.polling_seconds.unwrap_or(DEFAULT_POLLING_SECONDS),
-            cooldown_period: a.cooldown_seconds.unwrap_or(DEFAULT_COOLDOWN_SECONDS),
+            polling_interval: a.keda().polling_seconds.unwrap_or(DEFAULT_POLLING_SECONDS),
+            cooldown_period: a
+                .keda()
+                .cooldown_seconds
+                .unwrap_or(DEFAULT_COOLDOWN_SECONDS),
             triggers: vec![Trigger {
                 type_: "prometheus".into(),
                 metric_type: Some("AverageValue".into()),
@@ -161,7 +164,7 @@ fn escape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{Engine, PrometheusSource};
+    use crate::api::{Engine, KedaOptions, PrometheusSource};
     use crate::core::children::tests::valid;
 
     fn keda() -> ValidSpec {
@@ -169,8 +172,11 @@ mod tests {
         if let Some(a) = v.spec.autoscaling.as_mut() {
             a.engine = Some(Engine::Keda);
             a.min_replicas = 0;
-            a.prometheus = Some(PrometheusSource {
-                address: "http://prom:9090".into(),
+            a.keda = Some(KedaOptions {
+                prometheus: Some(PrometheusSource {
+                    address: "http://prom:9090".into(),
+                }),
+                ..KedaOptions::default()
             });
         }
         v.prometheus_address = Some("http://prom:9090".into());
@@ -225,9 +231,10 @@ mod tests {
     fn cooldown_polling_and_activation_come_from_the_spec_when_set() {
         let mut v = keda();
         if let Some(a) = v.spec.autoscaling.as_mut() {
-            a.cooldown_seconds = Some(60);
-            a.polling_seconds = Some(5);
-            a.activation_queue_length = Some(2);
+            let k = a.keda.get_or_insert_default();
+            k.cooldown_seconds = Some(60);
+            k.polling_seconds = Some(5);
+            k.activation_queue_length = Some(2);
         }
         let s = build(&v, None).expect("scaled object").spec;
         assert_eq!((s.polling_interval, s.cooldown_period), (5, 60));

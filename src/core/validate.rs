@@ -206,14 +206,14 @@ pub fn validate_with(
         );
         if keda {
             prometheus_address = a
+                .keda()
                 .prometheus
-                .as_ref()
                 .map(|p| p.address.trim().to_string())
                 .or_else(|| defaults.prometheus_address.clone())
                 .filter(|p| !p.is_empty());
             if prometheus_address.is_none() {
                 problems.push(
-                    "spec.autoscaling.prometheus.address is not set and the operator has no default (--prometheus-address, chart value keda.prometheusAddress); KEDA needs a Prometheus server to query".into(),
+                    "spec.autoscaling.keda.prometheus.address is not set and the operator has no default (--prometheus-address, chart value keda.prometheusAddress); KEDA needs a Prometheus server to query".into(),
                 );
             }
         }

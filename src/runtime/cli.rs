@@ -91,7 +91,7 @@ pub struct RunArgs {
     #[arg(long, env = "FIRST_REPORT_WAIT", default_value = "0s", value_parser = parse_duration)]
     pub first_report_wait: Duration,
 
-    /// Prometheus server for KEDA triggers whose ModelService names none (autoscaling.prometheus.address), e.g. http://prometheus.monitoring:9090.
+    /// Prometheus server for KEDA triggers whose ModelService names none (autoscaling.keda.prometheus.address), e.g. http://prometheus.monitoring:9090.
     #[arg(long, env = "PROMETHEUS_ADDRESS", value_name = "URL")]
     pub prometheus_address: Option<String>,
 
@@ -247,7 +247,7 @@ pub struct ConvertArgs {
     /// A YAML file of manifests; - reads standard input.
     #[arg(short = 'f', long = "filename", value_name = "FILE")]
     pub file: PathBuf,
-    /// The API version to write ModelServices in.
+    /// The API version to write ModelServices in (v1, the stable one, or a deprecated one).
     #[arg(long, value_enum)]
     pub to: TargetVersion,
 }
@@ -287,6 +287,8 @@ pub struct FetchArgs {
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TargetVersion {
+    #[value(name = "v1")]
+    V1,
     #[value(name = "v1beta1")]
     V1beta1,
     #[value(name = "v1alpha1")]

@@ -1,16 +1,17 @@
 //! `convert -f FILE --to VERSION`: rewrites the ModelServices of a manifest
 //! stream in another API version, through the same code as the webhook, so a
-//! Git repository can move to v1beta1 without a cluster. Other documents are
+//! Git repository can move to v1 without a cluster. Other documents are
 //! written back as they were read.
 
 use super::cli::TargetVersion;
 use super::manifests::{documents, is_model_service};
-use crate::core::convert::{V1ALPHA1, V1BETA1, convert_object};
+use crate::core::convert::{V1, V1ALPHA1, V1BETA1, convert_object};
 
 /// The converted stream. Comments and key order are not kept: YAML
 /// libraries do not carry them through a parse.
 pub fn convert(yaml: &str, to: TargetVersion) -> Result<String, String> {
     let target = match to {
+        TargetVersion::V1 => V1,
         TargetVersion::V1beta1 => V1BETA1,
         TargetVersion::V1alpha1 => V1ALPHA1,
     };

@@ -4,10 +4,10 @@
 
 use super::manifests::{documents, is_model_service};
 use crate::api::ModelService;
-use crate::core::convert::{V1BETA1, convert_object};
+use crate::core::convert::{V1, convert_object};
 use crate::core::{OperatorDefaults, build_children, validate_with};
 
-/// Renders every ModelService document of `yaml`, in either version.
+/// Renders every ModelService document of `yaml`, in any served version.
 /// Documents of other kinds are skipped, so a whole GitOps folder can be
 /// piped in.
 pub fn render(yaml: &str, default_namespace: &str) -> Result<String, String> {
@@ -28,8 +28,8 @@ pub fn render_with(
         }
         found += 1;
         let at = doc.position;
-        let beta = convert_object(doc.value, V1BETA1).map_err(|e| format!("document {at}: {e}"))?;
-        let ms: ModelService = serde_json::from_value(beta)
+        let v1 = convert_object(doc.value, V1).map_err(|e| format!("document {at}: {e}"))?;
+        let ms: ModelService = serde_json::from_value(v1)
             .map_err(|e| format!("document {at}: not a valid ModelService: {e}"))?;
         let valid = validate_with(&ms, default_namespace, defaults)
             .map_err(|e| format!("document {at}: {e}"))?;
@@ -46,7 +46,8 @@ pub fn render_with(
 mod tests {
     use super::*;
 
-    const MS: &str = "apiVersion: serving.modelservice.dev/v1beta1\nkind: ModelService\nmetadata: {name: tiny}\nspec: {model: {name: m}, runtime: {image: i}, resources: {gpus: 0}}\n";
+    const MS: &str = "apiVersion: serving.modelservice.dev/v1\nkind: ModelService\nmetadata: {name: tiny}\nspec: {model: {name: m}, runtime: {image: i}, resources: {gpus: 0}, rollout: {surge: Never}}\n";
+    const BETA: &str = "apiVersion: serving.modelservice.dev/v1beta1\nkind: ModelService\nmetadata: {name: tiny}\nspec: {model: {name: m}, runtime: {image: i}, resources: {gpus: 0}, rollout: {surge: Never}}\n";
     const ALPHA: &str = "apiVersion: serving.modelservice.dev/v1alpha1\nkind: ModelService\nmetadata: {name: tiny}\nspec: {model: m, image: i, gpus: 0}\n";
 
     #[test]
@@ -134,8 +135,10 @@ mod tests {
     }
 
     #[test]
-    fn both_versions_render_the_same_children() {
-        assert_eq!(render(ALPHA, "team"), render(MS, "team"));
+    fn all_three_versions_render_the_same_children() {
+        let v1 = render(MS, "team").expect("renders");
+        assert_eq!(render(ALPHA, "team"), Ok(v1.clone()));
+        assert_eq!(render(BETA, "team"), Ok(v1));
     }
 
     #[test]

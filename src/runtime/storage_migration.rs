@@ -1,11 +1,11 @@
-//! Storage migration: once the CRD stores v1beta1, the leader rewrites every
-//! ModelService still stored as v1alpha1 and then drops v1alpha1 from the
-//! CRD's `status.storedVersions`.
+//! Storage migration: once the CRD stores v1, the leader rewrites every
+//! ModelService still stored in an older version (v1alpha1 or v1beta1) and
+//! then drops those from the CRD's `status.storedVersions`.
 //!
-//! Why bother: until then a v1beta1 read of an old object needs the
-//! conversion webhook, so an operator outage would make `kubectl get
-//! modelservices` fail; and v1alpha1 can never be removed from the CRD while
-//! etcd may hold it. A write that changes nothing in meaning (an empty merge
+//! Why bother: until then a v1 read of an old object needs the conversion
+//! webhook, so an operator outage would make `kubectl get modelservices`
+//! fail; and an old version can never be removed from the CRD while etcd
+//! may hold it. A write that changes nothing in meaning (an empty merge
 //! patch) is enough: the API server decodes the object, encodes it in the
 //! storage version, and since those bytes differ from the stored ones it
 //! writes them. The spec is unchanged, so `metadata.generation` is too.
@@ -200,6 +200,7 @@ mod tests {
             "spec": {"group": "serving.modelservice.dev", "scope": "Namespaced",
                 "names": {"plural": "modelservices", "kind": "ModelService"},
                 "versions": [
+                    {"name": "v1", "served": true, "storage": storage == "v1"},
                     {"name": "v1beta1", "served": true, "storage": storage == "v1beta1"},
                     {"name": "v1alpha1", "served": true, "storage": storage == "v1alpha1"}
                 ]},
@@ -210,21 +211,33 @@ mod tests {
 
     #[test]
     fn nothing_to_do_once_only_the_storage_version_is_stored() {
-        assert_eq!(plan(&crd("v1beta1", &["v1beta1"])), Plan::Done);
+        assert_eq!(plan(&crd("v1", &["v1"])), Plan::Done);
     }
 
     #[test]
     fn an_old_version_in_stored_versions_means_a_rewrite() {
         assert_eq!(
-            plan(&crd("v1beta1", &["v1alpha1", "v1beta1"])),
+            plan(&crd("v1", &["v1alpha1", "v1beta1", "v1"])),
             Plan::Migrate {
-                stored: vec!["v1alpha1".into(), "v1beta1".into()]
+                stored: vec!["v1alpha1".into(), "v1beta1".into(), "v1".into()]
+            }
+        );
+        assert_eq!(
+            plan(&crd("v1", &["v1beta1", "v1"])),
+            Plan::Migrate {
+                stored: vec!["v1beta1".into(), "v1".into()]
             }
         );
     }
 
     #[test]
     fn an_old_crd_is_never_migrated() {
+        assert_eq!(
+            plan(&crd("v1beta1", &["v1alpha1", "v1beta1"])),
+            Plan::CrdTooOld {
+                storage: Some("v1beta1".into())
+            }
+        );
         assert_eq!(
             plan(&crd("v1alpha1", &["v1alpha1"])),
             Plan::CrdTooOld {

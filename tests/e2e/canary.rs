@@ -16,7 +16,7 @@ use crate::observe::*;
 
 const TRACK: &str = "serving.modelservice.dev/track";
 
-/// A CPU-only model with a canary and a route, in the v1beta1 shape.
+/// A CPU-only model with a canary and a route, in the v1 shape.
 fn spec(image: &str, replicas: i32, canary: Option<Value>) -> Value {
     let mut s = json!({"model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"},
         "runtime": {"image": image}, "resources": {"gpus": 0}, "replicas": replicas,
@@ -53,13 +53,12 @@ async fn a_canary_serves_beside_the_stable_track_and_gets_weight_only_once_ready
     env.install_gateway_crd().await;
     let op = env.operator().start();
     let name = "beside";
-    env.apply_ms_v1beta1(name, spec(&serving_image(), 2, None))
-        .await;
+    env.apply_ms_v1(name, spec(&serving_image(), 2, None)).await;
     wait_ready(&env, name).await;
 
     let t = Instant::now();
     let canary = json!({"runtime": {"image": canary_image()}, "replicas": 1, "weight": 20});
-    env.apply_ms_v1beta1(name, spec(&serving_image(), 2, Some(canary)))
+    env.apply_ms_v1(name, spec(&serving_image(), 2, Some(canary)))
         .await;
     // Until the canary has a ready pod, it gets no weight; once it has one,
     // the route carries the spec's weights.
@@ -199,8 +198,7 @@ async fn a_canary_serves_beside_the_stable_track_and_gets_weight_only_once_ready
     assert_eq!(route.message, None, "accepted, weights as asked");
 
     // Removing the canary removes its children (a manual rollback).
-    env.apply_ms_v1beta1(name, spec(&serving_image(), 2, None))
-        .await;
+    env.apply_ms_v1(name, spec(&serving_image(), 2, None)).await;
     gone::<Deployment>(&env, "beside-canary", "the canary Deployment").await;
     gone::<Service>(&env, "beside-canary", "the canary Service").await;
     gone::<Service>(&env, "beside-stable", "the stable Service").await;
@@ -223,13 +221,12 @@ async fn a_crashing_canary_is_rolled_back_by_itself_and_the_stable_track_keeps_e
     env.install_gateway_crd().await;
     let op = env.operator().start();
     let name = "rollback";
-    env.apply_ms_v1beta1(name, spec(&serving_image(), 2, None))
-        .await;
+    env.apply_ms_v1(name, spec(&serving_image(), 2, None)).await;
     wait_ready(&env, name).await;
 
     let t = Instant::now();
     let crashing = json!({"runtime": {"image": "registry.example/crashloop:1"}, "weight": 50});
-    env.apply_ms_v1beta1(name, spec(&serving_image(), 2, Some(crashing.clone())))
+    env.apply_ms_v1(name, spec(&serving_image(), 2, Some(crashing.clone())))
         .await;
     let mut lowest_stable = i32::MAX;
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -262,7 +259,7 @@ async fn a_crashing_canary_is_rolled_back_by_itself_and_the_stable_track_keeps_e
     // does not bring it back.
     let mut spec2 = crashing.clone();
     spec2["weight"] = json!(30);
-    env.apply_ms_v1beta1(name, spec(&serving_image(), 2, Some(spec2)))
+    env.apply_ms_v1(name, spec(&serving_image(), 2, Some(spec2)))
         .await;
     for _ in 0..30 {
         lowest_stable = lowest_stable.min(ready(&dep(&env, name).await));
@@ -296,7 +293,7 @@ async fn a_crashing_canary_is_rolled_back_by_itself_and_the_stable_track_keeps_e
 
     // A new canary template tries again.
     let good = json!({"runtime": {"image": canary_image()}, "weight": 30});
-    env.apply_ms_v1beta1(name, spec(&serving_image(), 2, Some(good)))
+    env.apply_ms_v1(name, spec(&serving_image(), 2, Some(good)))
         .await;
     wait_ms(&env, name, "a healthy canary", CONVERGE, |ms| {
         condition(ms, "CanaryHealthy").is_some_and(|c| c.0 == "True")
@@ -317,7 +314,7 @@ async fn promotion_keeps_the_canary_until_the_stable_track_has_rolled_out() {
     let _op = env.operator().start();
     let name = "promote";
     let canary = json!({"runtime": {"image": canary_image()}, "weight": 10});
-    env.apply_ms_v1beta1(name, spec(&serving_image(), 2, Some(canary)))
+    env.apply_ms_v1(name, spec(&serving_image(), 2, Some(canary)))
         .await;
     wait_for("both tracks ready", CONVERGE, || async {
         (ready(&dep(&env, name).await) == 2 && ready(&dep(&env, "promote-canary").await) == 1)
@@ -326,8 +323,7 @@ async fn promotion_keeps_the_canary_until_the_stable_track_has_rolled_out() {
     .await;
 
     // Promotion: the canary's image becomes the stable one; the canary goes.
-    env.apply_ms_v1beta1(name, spec(&canary_image(), 2, None))
-        .await;
+    env.apply_ms_v1(name, spec(&canary_image(), 2, None)).await;
     let mut lowest = i32::MAX;
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {

@@ -21,17 +21,20 @@ use kube::api::{
 };
 use kube::{Api, Client, ResourceExt};
 use modelservice_operator::api::ModelService;
-use modelservice_operator::core::convert::{V1ALPHA1, V1BETA1, convert_checked, convert_object};
+use modelservice_operator::core::convert::{
+    V1, V1ALPHA1, V1BETA1, convert_checked, convert_object,
+};
 use serde_json::{Value, json};
 
 /// The API version the scenarios write ModelServices in:
-/// `MODELSERVICE_E2E_API_VERSION=v1alpha1` runs them all through the
-/// deprecated version (and so through conversion); v1beta1 otherwise. The
-/// operator always reads v1beta1.
+/// `MODELSERVICE_E2E_API_VERSION=v1alpha1` (or `v1beta1`) runs them all
+/// through a deprecated version (and so through conversion); v1 otherwise.
+/// The operator always reads v1.
 pub fn api_version() -> &'static str {
     match std::env::var("MODELSERVICE_E2E_API_VERSION").as_deref() {
         Ok("v1alpha1") => V1ALPHA1,
-        _ => V1BETA1,
+        Ok("v1beta1") => V1BETA1,
+        _ => V1,
     }
 }
 
@@ -138,7 +141,7 @@ impl Env {
             .create(&PostParams::default(), &ns)
             .await
             .expect("create namespace");
-        if api_version() == V1ALPHA1 {
+        if api_version() != V1 {
             env.with_conversion().await;
         }
         env
@@ -183,7 +186,7 @@ impl Env {
 
     /// Server-side applies a ModelService (a spec in the v1alpha1 shape) as
     /// `pp`'s field manager, in this run's version, and returns it as the
-    /// operator reads it (v1beta1).
+    /// operator reads it (v1).
     pub async fn try_apply_ms(
         &self,
         name: &str,
@@ -196,7 +199,7 @@ impl Env {
             .await?;
         let value = serde_json::to_value(applied).expect("object serializes");
         Ok(
-            serde_json::from_value(convert_object(value, V1BETA1).expect("converts"))
+            serde_json::from_value(convert_object(value, V1).expect("converts"))
                 .expect("a ModelService"),
         )
     }
@@ -208,22 +211,22 @@ impl Env {
             .expect("apply ModelService")
     }
 
-    /// A ModelService document from a spec in the v1beta1 shape, in the
-    /// version this run writes: for v1beta1-only fields (KEDA), which a
-    /// v1alpha1 run carries through the conversion annotation.
-    pub fn ms_object_v1beta1(&self, name: &str, spec: Value) -> Value {
-        let ms = json!({"apiVersion": V1BETA1, "kind": "ModelService",
+    /// A ModelService document from a spec in the v1 shape, in the version
+    /// this run writes: for fields v1alpha1 lacks (KEDA, canaries, ...),
+    /// which a v1alpha1 run carries through the conversion annotation.
+    pub fn ms_object_v1(&self, name: &str, spec: Value) -> Value {
+        let ms = json!({"apiVersion": V1, "kind": "ModelService",
             "metadata": {"name": name, "namespace": self.namespace}, "spec": spec});
         convert_object(ms, api_version()).expect("test specs convert")
     }
 
-    /// Applies a ModelService whose spec is in the v1beta1 shape.
-    pub async fn apply_ms_v1beta1(&self, name: &str, spec: Value) {
+    /// Applies a ModelService whose spec is in the v1 shape.
+    pub async fn apply_ms_v1(&self, name: &str, spec: Value) {
         self.ms_api()
             .patch(
                 name,
                 &PatchParams::apply("e2e-user").force(),
-                &Patch::Apply(&self.ms_object_v1beta1(name, spec)),
+                &Patch::Apply(&self.ms_object_v1(name, spec)),
             )
             .await
             .expect("apply ModelService");
@@ -366,6 +369,7 @@ impl Env {
             all_namespaces: false,
             webhook_port: None,
             local_webhook: None,
+            binary: None,
         }
     }
 
@@ -448,6 +452,7 @@ pub struct OperatorBuilder<'a> {
     all_namespaces: bool,
     webhook_port: Option<u16>,
     local_webhook: Option<u16>,
+    binary: Option<PathBuf>,
 }
 
 impl OperatorBuilder<'_> {
@@ -469,6 +474,12 @@ impl OperatorBuilder<'_> {
         self.local_webhook = Some(port);
         self
     }
+    /// Runs another build of the operator (an older release) with the same
+    /// flags.
+    pub fn binary(mut self, path: &Path) -> Self {
+        self.binary = Some(path.to_path_buf());
+        self
+    }
     pub fn arg(mut self, a: impl Into<String>) -> Self {
         self.args.push(a.into());
         self
@@ -476,7 +487,10 @@ impl OperatorBuilder<'_> {
     pub fn start(self) -> Operator {
         let port = free_port();
         let log = self.env._dir.path().join(format!("operator-{port}.log"));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_modelservice-operator"));
+        let mut cmd = Command::new(
+            self.binary
+                .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_modelservice-operator"))),
+        );
         cmd.arg("run");
         if !self.all_namespaces {
             cmd.arg("--namespace").arg(&self.env.namespace);

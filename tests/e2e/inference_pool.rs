@@ -81,7 +81,7 @@ async fn a_pool_route_gets_a_pool_and_a_picker_and_reports_their_acceptance() {
     env.install_pool_crd().await;
     let op = env.operator().start();
     let name = "pooled";
-    env.apply_ms_v1beta1(name, spec(None)).await;
+    env.apply_ms_v1(name, spec(None)).await;
 
     // The pool: the model's pods, the runtime port, its picker.
     let p = wait_for("the InferencePool", CONVERGE, || pool(&env, name)).await;
@@ -224,7 +224,7 @@ async fn a_pool_route_gets_a_pool_and_a_picker_and_reports_their_acceptance() {
 
     // A canary: a pool of its own over the canary's pods, with its own
     // picker, and the route weighs the two pools once the canary serves.
-    env.apply_ms_v1beta1(
+    env.apply_ms_v1(
         name,
         spec(Some(
             json!({"runtime": {"image": format!("{}-canary", serving_image())}, "weight": 20}),
@@ -263,7 +263,7 @@ async fn a_pool_route_gets_a_pool_and_a_picker_and_reports_their_acceptance() {
     }
 
     // The canary goes: its pool and picker go with it.
-    env.apply_ms_v1beta1(name, spec(None)).await;
+    env.apply_ms_v1(name, spec(None)).await;
     gone_pool(&env, "pooled-canary").await;
     gone::<Deployment>(&env, "pooled-canary-epp", "the canary's picker").await;
     gone::<Service>(&env, "pooled-canary-epp", "the canary's picker Service").await;
@@ -272,7 +272,7 @@ async fn a_pool_route_gets_a_pool_and_a_picker_and_reports_their_acceptance() {
     // its picker.
     let mut bare = spec(None);
     bare.as_object_mut().map(|o| o.remove("route"));
-    env.apply_ms_v1beta1(name, bare).await;
+    env.apply_ms_v1(name, bare).await;
     gone_from(env.routes(), name, "the route").await;
     gone_pool(&env, name).await;
     gone::<Deployment>(&env, "pooled-epp", "the picker").await;

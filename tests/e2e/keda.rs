@@ -18,7 +18,7 @@ use crate::observe::*;
 
 const PROMETHEUS: &str = "http://prometheus.monitoring:9090";
 
-/// A CPU-only model in the v1beta1 shape, with `autoscaling`.
+/// A CPU-only model in the v1 shape, with `autoscaling`.
 pub fn keda_spec(replicas: i32, autoscaling: Value) -> Value {
     json!({"model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}, "runtime": {"image": serving_image()},
         "resources": {"gpus": 0}, "replicas": replicas, "autoscaling": autoscaling})
@@ -26,7 +26,7 @@ pub fn keda_spec(replicas: i32, autoscaling: Value) -> Value {
 
 pub fn keda(min: i32, max: i32) -> Value {
     json!({"engine": "KEDA", "minReplicas": min, "maxReplicas": max, "targetQueueLength": 4,
-        "prometheus": {"address": PROMETHEUS}, "cooldownSeconds": 120})
+        "keda": {"prometheus": {"address": PROMETHEUS}, "cooldownSeconds": 120}})
 }
 
 pub async fn scaled_object(env: &Env, name: &str) -> Option<DynamicObject> {
@@ -113,17 +113,17 @@ async fn keda_replaces_the_hpa_scales_to_zero_and_hands_back_without_a_fight() {
     if let Some(m) = fixed.as_object_mut() {
         m.remove("autoscaling");
     }
-    env.apply_ms_v1beta1(name, fixed).await;
+    env.apply_ms_v1(name, fixed).await;
     wait_for("3 replicas", CONVERGE, || async {
         (deployment(&env, name).await?.spec.replicas == Some(3)).then_some(())
     })
     .await;
-    env.apply_ms_v1beta1(name, keda_spec(3, hpa_scaling.clone()))
+    env.apply_ms_v1(name, keda_spec(3, hpa_scaling.clone()))
         .await;
     wait_for("the HPA", CONVERGE, || hpa(&env, name)).await;
 
     // HPA → KEDA: the HPA goes before the ScaledObject comes, at 3 replicas.
-    env.apply_ms_v1beta1(name, keda_spec(3, keda(0, 6))).await;
+    env.apply_ms_v1(name, keda_spec(3, keda(0, 6))).await;
     let lowest = watch_switch(&env, &op, name, |h, s| !h && s).await;
     assert_eq!(lowest, 3, "the replicas dipped during the switch to KEDA");
 
@@ -204,7 +204,7 @@ async fn keda_replaces_the_hpa_scales_to_zero_and_hands_back_without_a_fight() {
     for i in 0..3 {
         let mut spec = keda_spec(3, keda(0, 6));
         spec["runtime"]["args"] = json!([format!("--seed={i}")]);
-        env.apply_ms_v1beta1(name, spec).await;
+        env.apply_ms_v1(name, spec).await;
         let d = wait_for("the Deployment with the new args", CONVERGE, || async {
             let d = deployment(&env, name).await?;
             let args = d.spec.template.spec.as_ref()?.containers[0].args.clone()?;
@@ -258,7 +258,7 @@ async fn keda_replaces_the_hpa_scales_to_zero_and_hands_back_without_a_fight() {
     // KEDA → HPA: the ScaledObject goes before the HPA comes. An HPA does
     // nothing to a Deployment at 0 (Kubernetes reads it as "disabled"), so
     // the model is woken to the HPA's minimum.
-    env.apply_ms_v1beta1(name, keda_spec(3, hpa_scaling)).await;
+    env.apply_ms_v1(name, keda_spec(3, hpa_scaling)).await;
     watch_switch(&env, &op, name, |h, s| h && !s).await;
     wait_for("the HPA's minimum after KEDA's zero", CONVERGE, || async {
         (deployment(&env, name).await?.spec.replicas == Some(3)).then_some(())
@@ -270,7 +270,7 @@ async fn keda_replaces_the_hpa_scales_to_zero_and_hands_back_without_a_fight() {
     if let Some(m) = off.as_object_mut() {
         m.remove("autoscaling");
     }
-    env.apply_ms_v1beta1(name, off).await;
+    env.apply_ms_v1(name, off).await;
     watch_switch(&env, &op, name, |h, s| !h && !s).await;
     wait_for("replicas back to the spec", CONVERGE, || async {
         (deployment(&env, name).await?.spec.replicas == Some(2)).then_some(())
@@ -303,7 +303,7 @@ async fn the_query_finds_the_pods_of_short_and_long_names() {
     .map(|(n, c)| format!("k{}", c.to_string().repeat(n - 1)))
     .collect();
     for name in &names {
-        env.apply_ms_v1beta1(name, keda_spec(1, Value::Null)).await;
+        env.apply_ms_v1(name, keda_spec(1, Value::Null)).await;
     }
     let pods_of = async |name: &str| {
         let lp =

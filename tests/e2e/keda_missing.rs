@@ -17,7 +17,7 @@ async fn without_the_keda_crd_the_status_says_so_and_installing_it_recovers() {
     env.remove_keda_crd().await;
     let op = env.operator().arg("--discovery-interval").arg("1s").start();
     let name = "nokeda";
-    env.apply_ms_v1beta1(name, keda_spec(2, keda(1, 4))).await;
+    env.apply_ms_v1(name, keda_spec(2, keda(1, 4))).await;
 
     let ms = wait_ms(
         &env,
@@ -87,7 +87,7 @@ async fn a_keda_crd_deleted_under_a_model_is_said_at_once_not_at_the_next_discov
         .arg("10m")
         .start();
     let name = "kedagone";
-    env.apply_ms_v1beta1(name, keda_spec(1, keda(1, 4))).await;
+    env.apply_ms_v1(name, keda_spec(1, keda(1, 4))).await;
     wait_for("the ScaledObject", CONVERGE, || scaled_object(&env, name)).await;
     wait_ms(&env, name, "Degraded=False", CONVERGE, |ms| {
         condition(ms, "Degraded").map(|c| c.0) == Some("False".into())

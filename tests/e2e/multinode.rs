@@ -64,7 +64,7 @@ async fn a_pipeline_model_runs_as_groups_ready_only_when_every_member_is() {
     env.install_lws_crd().await;
     let _op = env.operator().start();
     let name = "multi";
-    env.apply_ms_v1beta1(name, spec(2, 1)).await;
+    env.apply_ms_v1(name, spec(2, 1)).await;
 
     // The groups: two pods each, the leader serving with both sizes, the
     // workers joining it, each pod with the GPU limit.
@@ -117,7 +117,7 @@ async fn a_pipeline_model_runs_as_groups_ready_only_when_every_member_is() {
 
     // Four pods of 2 GPUs on three nodes of 2: one member waits, so its
     // group is not ready, and status names that member.
-    env.apply_ms_v1beta1(name, spec(4, 2)).await;
+    env.apply_ms_v1(name, spec(4, 2)).await;
     let ms = wait_ms(&env, name, "InsufficientGPU", CONVERGE, |ms| {
         condition(ms, "Ready") == Some(("False".into(), "InsufficientGPU".into()))
     })
@@ -144,7 +144,7 @@ async fn an_autoscaler_scales_groups_and_the_operator_never_fights_it() {
     let name = "multi-hpa";
     let mut s = spec(2, 1);
     s["replicas"] = json!(2);
-    env.apply_ms_v1beta1(name, s.clone()).await;
+    env.apply_ms_v1(name, s.clone()).await;
     let ms = wait_ready(&env, name).await;
     assert_eq!(message(&ms, "Ready"), "2/2 replicas ready");
 
@@ -152,7 +152,7 @@ async fn an_autoscaler_scales_groups_and_the_operator_never_fights_it() {
     // subresource), and the count it starts from is the one that runs, not
     // the CRD's default of 1.
     s["autoscaling"] = json!({"minReplicas": 1, "maxReplicas": 3, "targetQueueLength": 5});
-    env.apply_ms_v1beta1(name, s.clone()).await;
+    env.apply_ms_v1(name, s.clone()).await;
     let hpa = wait_for("the HPA", CONVERGE, || async {
         env.api::<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler>()
             .get_opt(name)
@@ -187,7 +187,7 @@ async fn an_autoscaler_scales_groups_and_the_operator_never_fights_it() {
     // A spec change makes the operator apply the LWS again: it leaves the
     // count alone.
     s["runtime"]["args"] = json!(["--max-model-len", "4096"]);
-    env.apply_ms_v1beta1(name, s).await;
+    env.apply_ms_v1(name, s).await;
     let ms = wait_ms(&env, name, "one ready group", CONVERGE, |ms| {
         message(ms, "Ready") == "1/1 replicas ready"
             && condition(ms, "Ready").is_some_and(|c| c.0 == "True")
@@ -205,13 +205,13 @@ async fn switching_between_one_pod_and_groups_keeps_a_ready_replica() {
     env.install_lws_crd().await;
     let _op = env.operator().start();
     let name = "switch";
-    env.apply_ms_v1beta1(name, spec(1, 1)).await;
+    env.apply_ms_v1(name, spec(1, 1)).await;
     wait_ready(&env, name).await;
     assert!(lws(&env, name).await.is_none(), "pipeline 1: no groups");
 
     // To groups: the LWS comes, and the Deployment serves until its
     // groups are ready, the Service selecting both meanwhile.
-    env.apply_ms_v1beta1(name, spec(2, 1)).await;
+    env.apply_ms_v1(name, spec(2, 1)).await;
     wait_for("the LeaderWorkerSet", CONVERGE, || lws(&env, name)).await;
     // (Written in v1alpha1, the change is in the kept-fields annotation
     // alone, which bumps no generation: wait for what status says.)
@@ -253,7 +253,7 @@ async fn switching_between_one_pod_and_groups_keeps_a_ready_replica() {
     .await;
 
     // And back: the Deployment first, the groups once it is ready.
-    env.apply_ms_v1beta1(name, spec(1, 1)).await;
+    env.apply_ms_v1(name, spec(1, 1)).await;
     wait_for(
         "the groups to go once the Deployment is ready",
         CONVERGE,
@@ -292,7 +292,7 @@ async fn a_group_that_keeps_starting_over_is_reported() {
     let mut s = spec(2, 1);
     s["runtime"]["image"] = json!("registry.example/crashloop:v1");
     s["runtime"]["preset"] = json!("none");
-    env.apply_ms_v1beta1(name, s).await;
+    env.apply_ms_v1(name, s).await;
     let ms = wait_ms(
         &env,
         name,
@@ -318,7 +318,7 @@ async fn a_canary_of_groups_is_a_second_lws_weighed_by_its_ready_groups() {
     let mut s = spec(2, 1);
     s["route"] = json!({"parentRefs": [{"name": "gateway"}]});
     s["rollout"] = json!({"canary": {"runtime": {"image": canary_image}, "weight": 25}});
-    env.apply_ms_v1beta1(name, s.clone()).await;
+    env.apply_ms_v1(name, s.clone()).await;
 
     // The canary: its own groups, of its own image, labelled as its track.
     let c = wait_for("the canary's LeaderWorkerSet", CONVERGE, || {
@@ -395,7 +395,7 @@ async fn a_canary_of_groups_is_a_second_lws_weighed_by_its_ready_groups() {
     // groups go once the stable groups run it.
     s["runtime"]["image"] = json!(format!("{}-canary", serving_image()));
     s["rollout"] = json!({});
-    env.apply_ms_v1beta1(name, s).await;
+    env.apply_ms_v1(name, s).await;
     wait_for("the canary's groups to go", CONVERGE, || async {
         lws(&env, "multi-canary-canary")
             .await
@@ -420,13 +420,13 @@ async fn a_rollout_surges_a_whole_group_only_when_all_of_it_fits() {
     let _lws = LwsController::start(&env);
     let name = "multi-surge";
     let mut s = spec(2, 1);
-    env.apply_ms_v1beta1(name, s.clone()).await;
+    env.apply_ms_v1(name, s.clone()).await;
     wait_ready(&env, name).await;
 
     // A group of two pods of 1 GPU: four of the six GPUs are free, so a
     // whole second group fits, and the rollout never leaves no group ready.
     s["runtime"]["args"] = json!(["--max-model-len", "4096"]);
-    env.apply_ms_v1beta1(name, s.clone()).await;
+    env.apply_ms_v1(name, s.clone()).await;
     let decision = wait_for("the surge decision", CONVERGE, || async {
         let l = lws(&env, name).await?;
         l["metadata"]["annotations"][modelservice_operator::core::surge::ANNOTATION]
@@ -478,7 +478,7 @@ async fn a_rollout_surges_a_whole_group_only_when_all_of_it_fits() {
     // Groups of two pods of 2 GPUs: once they run, one node's worth is
     // free, so another group does not fit: the rollout replaces, and says why.
     s["resources"]["gpus"] = json!(2);
-    env.apply_ms_v1beta1(name, s.clone()).await;
+    env.apply_ms_v1(name, s.clone()).await;
     wait_ready(&env, name).await;
     let decision_now = || async {
         let l = lws(&env, name).await?;
@@ -488,7 +488,7 @@ async fn a_rollout_surges_a_whole_group_only_when_all_of_it_fits() {
     };
     let before = decision_now().await;
     s["runtime"]["args"] = json!(["--max-model-len", "2048"]);
-    env.apply_ms_v1beta1(name, s).await;
+    env.apply_ms_v1(name, s).await;
     let d = wait_for("a new decision", CONVERGE, || async {
         decision_now().await.filter(|d| Some(d) != before.as_ref())
     })

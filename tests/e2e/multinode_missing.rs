@@ -21,7 +21,7 @@ async fn without_leaderworkerset_groups_give_a_reason_and_recover_when_it_comes(
     let spec = json!({"model": {"name": "meta-llama/Llama-3.1-405B-Instruct"},
         "runtime": {"image": serving_image(), "preset": "vllm"},
         "resources": {"gpus": 1}, "replicas": 1, "parallelism": {"pipeline": 2}});
-    env.apply_ms_v1beta1(name, spec).await;
+    env.apply_ms_v1(name, spec).await;
 
     let ms = wait_ms(
         &env,

@@ -67,7 +67,7 @@ fn route(name: &str) -> Value {
             "rules": [{"backendRefs": [{"name": "theirs", "port": 80}]}]}})
 }
 
-/// A v1beta1 spec whose children are a Deployment, a Service, an HPA and
+/// A v1 spec whose children are a Deployment, a Service, an HPA and
 /// an HTTPRoute, all named `<name>`.
 fn every_child() -> Value {
     json!({"model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"},
@@ -128,7 +128,7 @@ async fn objects_it_did_not_make_are_never_changed_owned_or_deleted() {
         untouched_part(&rt),
     ];
     for name in ["own-svc", "own-dep", "own-hpa", "own-route"] {
-        env.apply_ms_v1beta1(name, every_child()).await;
+        env.apply_ms_v1(name, every_child()).await;
     }
     let holder = "not managed by modelservice-operator";
     conflict_named(&env, &op, "own-svc", "Service", holder).await;
@@ -240,7 +240,7 @@ async fn two_modelservices_never_share_a_child() {
     let with_canary = json!({"model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"},
         "runtime": {"image": serving_image()}, "resources": {"gpus": 0},
         "rollout": {"canary": {"runtime": {"image": format!("{}-canary", serving_image())}}}});
-    env.apply_ms_v1beta1("pair", with_canary).await;
+    env.apply_ms_v1("pair", with_canary).await;
     let canary = wait_for("pair's canary", CONVERGE, || async {
         env.api::<Deployment>()
             .get_opt("pair-canary")

@@ -43,7 +43,7 @@ async fn every_call_the_operator_makes_is_granted() {
     crds.patch_status(
         CRD_NAME,
         &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"storedVersions": ["v1alpha1", "v1beta1"]}})),
+        &Patch::Merge(json!({"status": {"storedVersions": ["v1alpha1", "v1beta1", "v1"]}})),
     )
     .await
     .expect("storedVersions");
@@ -63,17 +63,17 @@ async fn every_call_the_operator_makes_is_granted() {
     wait_ms(&env, "rbac", "status", CONVERGE, |_| true).await;
     env.apply_ms("rbac", cpu_spec()).await;
     wait_ready(&env, "rbac").await;
-    // A v1beta1 object surges by default: a new pod template reads the
+    // A v1 object surges by default: a new pod template reads the
     // cluster's free GPUs (nodes and pods, cluster-wide).
     let surging = |image: &str| json!({"model": {"name": "m"}, "runtime": {"image": image}, "resources": {"gpus": 1}});
-    env.apply_ms_v1beta1("rbac-surge", surging(&serving_image()))
+    env.apply_ms_v1("rbac-surge", surging(&serving_image()))
         .await;
     wait_for("the Deployment", CONVERGE, || {
         deployment(&env, "rbac-surge")
     })
     .await;
     wait_ms(&env, "rbac-surge", "status", CONVERGE, |_| true).await;
-    env.apply_ms_v1beta1("rbac-surge", surging("vllm/vllm-openai:v0.9.0"))
+    env.apply_ms_v1("rbac-surge", surging("vllm/vllm-openai:v0.9.0"))
         .await;
     wait_for("the surge decision", CONVERGE, || async {
         let d = deployment(&env, "rbac-surge").await?;
@@ -94,12 +94,12 @@ async fn every_call_the_operator_makes_is_granted() {
         }
         s
     };
-    env.apply_ms_v1beta1("rbac-pool", pooled(true)).await;
+    env.apply_ms_v1("rbac-pool", pooled(true)).await;
     wait_for("the pool", CONVERGE, || async {
         env.pools().get_opt("rbac-pool").await.ok().flatten()
     })
     .await;
-    env.apply_ms_v1beta1("rbac-pool", pooled(false)).await;
+    env.apply_ms_v1("rbac-pool", pooled(false)).await;
     gone::<k8s_openapi::api::rbac::v1::Role>(&env, "rbac-pool-epp", "the pool's Role").await;
     // Groups: a LeaderWorkerSet in place of the Deployment, then back,
     // the Deployment deleted once the groups are ready and the reverse.
@@ -109,11 +109,11 @@ async fn every_call_the_operator_makes_is_granted() {
         json!({"model": {"name": "m"}, "runtime": {"image": serving_image()},
             "resources": {"gpus": 1}, "parallelism": {"pipeline": pipeline}})
     };
-    env.apply_ms_v1beta1("rbac-groups", grouped(1)).await;
+    env.apply_ms_v1("rbac-groups", grouped(1)).await;
     wait_ready(&env, "rbac-groups").await;
-    env.apply_ms_v1beta1("rbac-groups", grouped(2)).await;
+    env.apply_ms_v1("rbac-groups", grouped(2)).await;
     gone::<k8s_openapi::api::apps::v1::Deployment>(&env, "rbac-groups", "the Deployment").await;
-    env.apply_ms_v1beta1("rbac-groups", grouped(1)).await;
+    env.apply_ms_v1("rbac-groups", grouped(1)).await;
     wait_for("the groups to go", CONVERGE, || async {
         crate::lws::lws_api(&env.client, &env.namespace)
             .get_opt("rbac-groups")
@@ -135,8 +135,7 @@ async fn every_call_the_operator_makes_is_granted() {
         }
         s
     };
-    env.apply_ms_v1beta1("rbac-cached", cached(Some("rev1")))
-        .await;
+    env.apply_ms_v1("rbac-cached", cached(Some("rev1"))).await;
     let job = crate::weights::job_name(&crate::weights::the_job(&env, "rbac-cached", "rev1").await);
     let line = json!({"progress": {"doneBytes": 1, "totalBytes": 2, "bytesPerSecond": 1, "files": 0, "totalFiles": 1}});
     crate::weights::play_pod(&env, &job, &format!("{line}\n")).await;
@@ -156,10 +155,9 @@ async fn every_call_the_operator_makes_is_granted() {
     let done = json!({"result": "Complete", "totalBytes": 2, "files": 1, "downloadedBytes": 2});
     crate::weights::play_end(&env, &job, done, false).await;
     wait_ready(&env, "rbac-cached").await;
-    env.apply_ms_v1beta1("rbac-cached", cached(Some("rev2")))
-        .await;
+    env.apply_ms_v1("rbac-cached", cached(Some("rev2"))).await;
     gone::<k8s_openapi::api::batch::v1::Job>(&env, &job, "rev1's Job").await;
-    env.apply_ms_v1beta1("rbac-cached", cached(None)).await;
+    env.apply_ms_v1("rbac-cached", cached(None)).await;
     gone::<k8s_openapi::api::core::v1::PersistentVolumeClaim>(
         &env,
         "rbac-cached-weights",
@@ -178,7 +176,7 @@ async fn every_call_the_operator_makes_is_granted() {
 
     wait_for("the storage migration", CONVERGE, || async {
         let crd = crds.get(CRD_NAME).await.ok()?;
-        (crd.status?.stored_versions? == ["v1beta1"]).then_some(())
+        (crd.status?.stored_versions? == ["v1"]).then_some(())
     })
     .await;
 

@@ -122,11 +122,10 @@ async fn presets_reach_the_server_and_ready_waits_for_its_probe() {
         ("tgi", json!(["--model-id", MODEL, "--port", "8000"])),
     ];
     for (flavor, _) in &matching {
-        env.apply_ms_v1beta1(flavor, served(flavor, flavor, &load))
-            .await;
+        env.apply_ms_v1(flavor, served(flavor, flavor, &load)).await;
     }
     // TGI's flag given to vLLM: the server refuses it, as vLLM's parser does.
-    env.apply_ms_v1beta1("mismatch", served("vllm", "tgi", &load))
+    env.apply_ms_v1("mismatch", served("vllm", "tgi", &load))
         .await;
 
     for (flavor, want_args) in &matching {
@@ -208,13 +207,12 @@ async fn a_crash_and_a_failed_pull_are_named_and_a_crashing_canary_is_rolled_bac
     let env = Env::new().await;
     let _op = env.operator().start();
     let crash = [("FAKE_CRASH_CODE", "3"), ("FAKE_CRASH_AFTER_SECONDS", "1")];
-    env.apply_ms_v1beta1("crash", served("vllm", "vllm", &crash))
+    env.apply_ms_v1("crash", served("vllm", "vllm", &crash))
         .await;
     let mut pull = served("vllm", "vllm", &[]);
     pull["runtime"]["image"] = json!(image("does-not-exist"));
-    env.apply_ms_v1beta1("pull", pull).await;
-    env.apply_ms_v1beta1("stable", served("vllm", "vllm", &[]))
-        .await;
+    env.apply_ms_v1("pull", pull).await;
+    env.apply_ms_v1("stable", served("vllm", "vllm", &[])).await;
 
     let ms = wait_ms(&env, "crash", "the crash named", CONVERGE, |ms| {
         degraded(ms).is_some_and(|(_, r)| r == "CrashLooping")
@@ -259,7 +257,7 @@ async fn a_crash_and_a_failed_pull_are_named_and_a_crashing_canary_is_rolled_bac
     let mut with_canary = served("vllm", "vllm", &[]);
     with_canary["rollout"] = json!({"canary": {"runtime": {"env": [
         {"name": "FAKE_CRASH_CODE", "value": "3"}]}, "replicas": 1, "weight": 50}});
-    env.apply_ms_v1beta1("stable", with_canary).await;
+    env.apply_ms_v1("stable", with_canary).await;
     let mut lowest_stable = i32::MAX;
     let deadline = Instant::now() + CONVERGE;
     let ms = loop {
@@ -308,7 +306,7 @@ struct Rollout {
 /// template is rolled out and Ready.
 async fn roll_out(env: &Env, name: &str, mut spec: Value, args: &[&str]) -> Rollout {
     spec["runtime"]["args"] = json!(args);
-    env.apply_ms_v1beta1(name, spec).await;
+    env.apply_ms_v1(name, spec).await;
     let mut r = Rollout {
         lowest_ready: i32::MAX,
         ..Rollout::default()
@@ -380,7 +378,7 @@ async fn a_gpu_rollout_surges_or_replaces_by_the_gpus_the_node_really_has() {
     if !real_node() {
         one_gpu["scheduling"] = json!({"nodeSelector": {"kubernetes.io/hostname": "node-0"}});
     }
-    env.apply_ms_v1beta1("model", one_gpu.clone()).await;
+    env.apply_ms_v1("model", one_gpu.clone()).await;
     wait_ready(&env, "model").await;
 
     // One GPU free: the rollout surges, and a ready pod serves throughout.
@@ -390,7 +388,7 @@ async fn a_gpu_rollout_surges_or_replaces_by_the_gpus_the_node_really_has() {
     assert!(r.said.iter().any(|s| s.contains("surging: node ")), "{r:?}");
 
     // Another model takes the last GPU: the next rollout replaces.
-    env.apply_ms_v1beta1("filler", one_gpu.clone()).await;
+    env.apply_ms_v1("filler", one_gpu.clone()).await;
     wait_ready(&env, "filler").await;
     let r = roll_out(&env, "model", one_gpu, &["--seed", "2"]).await;
     assert_eq!(r.max_surge.as_deref(), Some("0"), "{r:?}");
@@ -408,7 +406,7 @@ async fn deleting_a_model_lets_its_requests_in_flight_finish() {
     }
     let env = Env::new().await;
     let _op = env.operator().start();
-    env.apply_ms_v1beta1(
+    env.apply_ms_v1(
         "drain",
         served("vllm", "vllm", &[("FAKE_TOKEN_MILLIS", "20")]),
     )

@@ -21,7 +21,7 @@ async fn without_gateway_api_a_route_gives_a_reason_and_everything_else_works() 
         "runtime": {"image": serving_image()}, "resources": {"gpus": 0}, "replicas": 1,
         "rollout": {"canary": {"runtime": {"image": format!("{}-canary", serving_image())}}},
         "route": {"parentRefs": [{"name": "gateway"}]}});
-    env.apply_ms_v1beta1(name, spec).await;
+    env.apply_ms_v1(name, spec).await;
 
     let ms = wait_ms(&env, name, "Degraded RouteUnavailable", CONVERGE, |ms| {
         condition(ms, "Degraded") == Some(("True".into(), "RouteUnavailable".into()))
@@ -90,7 +90,7 @@ async fn without_the_inference_extension_a_pool_route_gives_a_reason_and_recover
     let spec = json!({"model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"},
         "runtime": {"image": serving_image(), "preset": "sglang"}, "resources": {"gpus": 0},
         "replicas": 1, "route": {"parentRefs": [{"name": "gateway"}], "backend": "InferencePool"}});
-    env.apply_ms_v1beta1(name, spec).await;
+    env.apply_ms_v1(name, spec).await;
 
     let ms = wait_ms(&env, name, "Degraded RouteUnavailable", CONVERGE, |ms| {
         condition(ms, "Degraded") == Some(("True".into(), "RouteUnavailable".into()))

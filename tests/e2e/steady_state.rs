@@ -22,7 +22,7 @@ async fn a_converged_operator_makes_no_writes_across_resyncs() {
     // kinds whose fields live outside `spec` are compared too.
     env.install_gateway_crd().await;
     env.install_pool_crd().await;
-    env.apply_ms_v1beta1(
+    env.apply_ms_v1(
         "calm-pool",
         serde_json::json!({"model": {"name": "m"}, "runtime": {"image": serving_image()},
             "resources": {"gpus": 0},
@@ -33,7 +33,7 @@ async fn a_converged_operator_makes_no_writes_across_resyncs() {
     // Groups on a LeaderWorkerSet, its leaders-only Service and its HPA.
     env.install_lws_crd().await;
     let _lws = crate::lws::LwsController::start(&env);
-    env.apply_ms_v1beta1(
+    env.apply_ms_v1(
         "calm-groups",
         serde_json::json!({"model": {"name": "m"}, "runtime": {"image": serving_image()},
             "resources": {"gpus": 1}, "parallelism": {"pipeline": 2},
@@ -42,7 +42,7 @@ async fn a_converged_operator_makes_no_writes_across_resyncs() {
     .await;
     // Weights from a cache: the claim and a Job that completed, whose
     // completion is read once, not on every resync.
-    env.apply_ms_v1beta1(
+    env.apply_ms_v1(
         "calm-cached",
         serde_json::json!({"model": {"name": "m", "source": {"uri": crate::weights::source("rev1")},
             "cache": {"size": "1Gi"}},

@@ -254,7 +254,7 @@ async fn with_a_free_gpu_a_one_replica_rollout_surges_and_always_has_a_ready_pod
             .map(|(n, _)| n.clone())
     })
     .await;
-    env.apply_ms_v1beta1("surge", model(&node, &[])).await;
+    env.apply_ms_v1("surge", model(&node, &[])).await;
     wait_ready(&env, "surge").await;
     let first = rolled_out(&env, "surge").await;
     assert_eq!(
@@ -264,7 +264,7 @@ async fn with_a_free_gpu_a_one_replica_rollout_surges_and_always_has_a_ready_pod
     );
 
     let recorder = Recorder::start(&env, "surge").await;
-    env.apply_ms_v1beta1("surge", model(&node, &["--max-model-len", "4096"]))
+    env.apply_ms_v1("surge", model(&node, &["--max-model-len", "4096"]))
         .await;
     let said = recorder.said("surging: node").await;
     eprintln!("the decision: {said}");
@@ -325,14 +325,14 @@ async fn with_the_gpus_full_a_rollout_replaces_and_says_so() {
         free.iter().find(|(_, f)| **f >= 1).map(|(n, _)| n.clone())
     })
     .await;
-    env.apply_ms_v1beta1("full", model(&node, &[])).await;
+    env.apply_ms_v1("full", model(&node, &[])).await;
     wait_ready(&env, "full").await;
     rolled_out(&env, "full").await;
 
     fill(&env, &node).await;
 
     let recorder = Recorder::start(&env, "full").await;
-    env.apply_ms_v1beta1("full", model(&node, &["--max-model-len", "4096"]))
+    env.apply_ms_v1("full", model(&node, &["--max-model-len", "4096"]))
         .await;
     let said = recorder.said("replacing:").await;
     assert!(
@@ -485,7 +485,7 @@ async fn a_surge_the_scheduler_refutes_switches_to_replace_and_completes() {
         roomy.get(roomy.len() / 2).map(|n| (*n).clone())
     })
     .await;
-    env.apply_ms_v1beta1("refuted", model(&node, &[])).await;
+    env.apply_ms_v1("refuted", model(&node, &[])).await;
     wait_ready(&env, "refuted").await;
     rolled_out(&env, "refuted").await;
 
@@ -494,7 +494,7 @@ async fn a_surge_the_scheduler_refutes_switches_to_replace_and_completes() {
     // stale by then, as it is when another workload is faster.
     pause(&env, "refuted", true).await;
     let recorder = Recorder::start(&env, "refuted").await;
-    env.apply_ms_v1beta1("refuted", model(&node, &["--max-model-len", "4096"]))
+    env.apply_ms_v1("refuted", model(&node, &["--max-model-len", "4096"]))
         .await;
     let said = recorder.said("surging: node").await;
     assert!(
@@ -634,12 +634,12 @@ async fn a_canary_that_waits_for_gpus_is_reported_kept_and_yields_to_the_stable_
     })
     .await;
     let name = "gpuwait";
-    env.apply_ms_v1beta1(name, model(&node, &[])).await;
+    env.apply_ms_v1(name, model(&node, &[])).await;
     wait_ready(&env, name).await;
     rolled_out(&env, name).await;
     fill(&env, &node).await;
 
-    env.apply_ms_v1beta1(name, with_canary(&node, &[])).await;
+    env.apply_ms_v1(name, with_canary(&node, &[])).await;
     let ms = wait_ms(
         &env,
         name,
@@ -672,7 +672,7 @@ async fn a_canary_that_waits_for_gpus_is_reported_kept_and_yields_to_the_stable_
     // Watched, not polled: with podsim the hold can last less than a poll
     // (it was missed once that way).
     let canary_seen = Recorder::start(&env, "gpuwait-canary").await;
-    env.apply_ms_v1beta1(name, with_canary(&node, &["--max-model-len", "4096"]))
+    env.apply_ms_v1(name, with_canary(&node, &["--max-model-len", "4096"]))
         .await;
     let deadline = std::time::Instant::now() + CONVERGE;
     loop {

@@ -1,36 +1,37 @@
-//! Both API versions at once: what one client writes in v1beta1 survives
-//! another that reads and updates the object in v1alpha1, and the children
-//! follow the v1beta1 fields.
+//! All three API versions at once: what one client writes in v1 survives
+//! others that read and update the object in v1alpha1 and v1beta1, and the
+//! children follow the v1 fields.
 
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Patch, PatchParams, PostParams};
-use modelservice_operator::core::convert::{FIELDS_ANNOTATION, V1ALPHA1, V1BETA1};
+use modelservice_operator::core::convert::{FIELDS_ANNOTATION, V1, V1ALPHA1, V1BETA1};
 use serde_json::json;
 
 use crate::harness::{CONVERGE, Env, dynamic_ms_api, wait_for};
 use crate::observe::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_v1beta1_only_field_survives_a_v1alpha1_read_and_update_by_another_client() {
+async fn a_v1_field_survives_v1alpha1_and_v1beta1_reads_and_updates_by_other_clients() {
     let env = Env::new().await;
     env.with_conversion().await;
     let _op = env.operator().start();
+    let v1 = dynamic_ms_api(&env.client, &env.namespace, V1);
     let beta = dynamic_ms_api(&env.client, &env.namespace, V1BETA1);
     let alpha = dynamic_ms_api(&env.client, &env.namespace, V1ALPHA1);
     let ms: kube::api::DynamicObject = serde_json::from_value(json!({
-        "apiVersion": V1BETA1, "kind": "ModelService",
+        "apiVersion": V1, "kind": "ModelService",
         "metadata": {"name": "sg", "namespace": env.namespace},
         "spec": {"model": {"name": "Qwen/Qwen2.5-7B-Instruct"},
                  "runtime": {"image": serving_image(), "preset": "sglang", "port": 30000},
                  "resources": {"gpus": 0}}}))
     .expect("object");
-    beta.patch(
+    v1.patch(
         "sg",
         &PatchParams::apply("gitops").force(),
         &Patch::Apply(&ms),
     )
     .await
-    .expect("apply v1beta1");
+    .expect("apply v1");
 
     // Another client, written against v1alpha1, reads and updates it, and
     // like any client that updates, retries a conflict (the operator writes
@@ -47,7 +48,7 @@ async fn a_v1beta1_only_field_survives_a_v1alpha1_read_and_update_by_another_cli
                 .annotations
                 .as_ref()
                 .is_some_and(|a| a.contains_key(FIELDS_ANNOTATION)),
-            "the v1beta1-only field waits in the annotation: {old_json}"
+            "the field v1alpha1 lacks waits in the annotation: {old_json}"
         );
         old.data["spec"]["args"] = json!(["--mem-fraction-static", "0.8"]);
         old.metadata
@@ -61,8 +62,36 @@ async fn a_v1beta1_only_field_survives_a_v1alpha1_read_and_update_by_another_cli
         }
     }
 
-    let now = serde_json::to_value(beta.get("sg").await.expect("read as v1beta1")).expect("json");
+    // A third, written against v1beta1, does the same.
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let mut old = beta.get("sg").await.expect("read as v1beta1");
+        let old_json = serde_json::to_value(&old).expect("json");
+        assert_eq!(
+            old_json["spec"]["runtime"]["preset"], "sglang",
+            "{old_json}"
+        );
+        assert!(
+            old_json["metadata"]["annotations"]
+                .get(FIELDS_ANNOTATION)
+                .is_none(),
+            "v1beta1 has a place for every v1 field: {old_json}"
+        );
+        old.data["spec"]["runtime"]["env"] = json!([{"name": "SGLANG_LOG", "value": "1"}]);
+        match beta.replace("sg", &PostParams::default(), &old).await {
+            Ok(_) => break,
+            Err(kube::Error::Api(e)) if e.code == 409 && attempts < 20 => continue,
+            Err(e) => panic!("update as v1beta1: {e}"),
+        }
+    }
+
+    let now = serde_json::to_value(v1.get("sg").await.expect("read as v1")).expect("json");
     assert_eq!(now["spec"]["runtime"]["preset"], "sglang", "{now}");
+    assert_eq!(
+        now["spec"]["runtime"]["env"],
+        json!([{"name": "SGLANG_LOG", "value": "1"}])
+    );
     assert_eq!(
         now["spec"]["runtime"]["args"],
         json!(["--mem-fraction-static", "0.8"])
@@ -72,7 +101,7 @@ async fn a_v1beta1_only_field_survives_a_v1alpha1_read_and_update_by_another_cli
         now["metadata"]["annotations"]
             .get(FIELDS_ANNOTATION)
             .is_none(),
-        "never shown on a v1beta1 read: {now}"
+        "never shown on a v1 read: {now}"
     );
 
     // And the operator serves it the sglang way.
@@ -111,7 +140,7 @@ async fn a_v1beta1_only_field_survives_a_v1alpha1_read_and_update_by_another_cli
 }
 
 /// The kept-fields annotation is user input (issue 24). A v1alpha1 create
-/// whose annotation breaks the v1beta1 schema (5000 canary replicas) is
+/// whose annotation breaks the v1 schema (5000 canary replicas) is
 /// refused with the field named, and one that only tries to swap a field
 /// v1alpha1 has (the image) gets the v1alpha1 spec's value.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -144,7 +173,7 @@ async fn the_kept_fields_annotation_neither_breaks_the_schema_nor_overrides_v1al
         "{refused}"
     );
     assert!(
-        dynamic_ms_api(&env.client, &env.namespace, V1BETA1)
+        dynamic_ms_api(&env.client, &env.namespace, V1)
             .get_opt("forged")
             .await
             .expect("get")

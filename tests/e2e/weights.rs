@@ -358,7 +358,7 @@ async fn a_source_is_downloaded_once_and_every_pod_starts_from_it() {
         // Slow enough to watch: about 10 s for the model.
         w.hub.set_rate_limit(24 * MIB);
     }
-    env.apply_ms_v1beta1(name, w.spec("rev1", "1Gi")).await;
+    env.apply_ms_v1(name, w.spec("rev1", "1Gi")).await;
 
     // The claim and the Job; no pods until the weights are in.
     let claim = wait_for("the weights claim", CONVERGE, || async {
@@ -447,7 +447,7 @@ async fn a_source_is_downloaded_once_and_every_pod_starts_from_it() {
     // A second replica, then a restart of a pod: no download.
     let mut two = w.spec("rev1", "1Gi");
     two["replicas"] = json!(2);
-    env.apply_ms_v1beta1(name, two).await;
+    env.apply_ms_v1(name, two).await;
     wait_ms(env, name, "two ready replicas", CONVERGE, |ms| {
         ms.status.as_ref().and_then(|s| s.ready_replicas) == Some(2)
     })
@@ -472,14 +472,14 @@ async fn a_source_is_downloaded_once_and_every_pod_starts_from_it() {
 async fn a_new_revision_downloads_beside_the_one_that_keeps_serving() {
     let w = World::new("1Gi").await;
     let (env, name) = (&w.env, "revised");
-    env.apply_ms_v1beta1(name, w.spec("rev1", "1Gi")).await;
+    env.apply_ms_v1(name, w.spec("rev1", "1Gi")).await;
     download(&w, name, "rev1").await;
     wait_ready(env, name).await;
 
     if real_node() {
         w.hub.set_rate_limit(8 * MIB);
     }
-    env.apply_ms_v1beta1(name, w.spec("rev2", "1Gi")).await;
+    env.apply_ms_v1(name, w.spec("rev2", "1Gi")).await;
     let job = the_job(env, name, "rev2").await;
     let ms = wait_for("rev2 downloading", CONVERGE, || async {
         let ms = get_ms(env, name).await?;
@@ -534,7 +534,7 @@ async fn a_claim_too_small_for_the_model_is_named() {
     }
     let w = World::new("16Mi").await;
     let (env, name) = (&w.env, "small");
-    env.apply_ms_v1beta1(name, w.spec("rev1", "16Mi")).await;
+    env.apply_ms_v1(name, w.spec("rev1", "16Mi")).await;
     let job = the_job(env, name, "rev1").await;
     if !real_node() {
         play_end(
@@ -574,7 +574,7 @@ async fn a_killed_download_resumes_where_it_was() {
     // 30 s for the model: the kill comes well before its end, though
     // status is read every 5 s.
     w.hub.set_rate_limit(8 * MIB);
-    env.apply_ms_v1beta1(name, w.spec("rev1", "1Gi")).await;
+    env.apply_ms_v1(name, w.spec("rev1", "1Gi")).await;
     let job = job_name(&the_job(env, name, "rev1").await);
     let total = 2048 + 240 * MIB;
     // A third in, the pod is killed.
@@ -705,12 +705,12 @@ async fn cold_starts_download_once_with_the_cache_and_every_time_without() {
         }
         w.hub.reset_counts();
         let started = std::time::Instant::now();
-        env.apply_ms_v1beta1(name, spec.clone()).await;
+        env.apply_ms_v1(name, spec.clone()).await;
         let first = time_to_ready(env, name, 1, None)
             .await
             .max(started.elapsed());
         spec["replicas"] = json!(2);
-        env.apply_ms_v1beta1(name, spec).await;
+        env.apply_ms_v1(name, spec).await;
         let second = time_to_ready(env, name, 2, None).await;
         let restart = restart_a_pod(env, name).await;
         let served = w.hub.bytes_served();
@@ -779,7 +779,7 @@ async fn an_s3_prefix_is_downloaded_with_signed_requests() {
     let uri = "s3://models/llama/v1";
     let mut spec = w.spec("rev1", "1Gi");
     spec["model"]["source"] = json!({"uri": uri, "credentialsSecret": "store"});
-    env.apply_ms_v1beta1(name, spec).await;
+    env.apply_ms_v1(name, spec).await;
 
     let job = the_job_of(env, name, uri).await;
     let c = serde_json::to_value(&job.spec).unwrap_or_default()["template"]["spec"]["containers"]

@@ -310,16 +310,16 @@ fn kube_version(v: &str) -> Option<(u8, u64, u64)> {
     Some((stability, major, minor))
 }
 
-/// The ModelService CRD: `v1beta1` is the storage version, `v1alpha1` is
-/// still served.
+/// The ModelService CRD: `v1` is the storage version, `v1beta1` and
+/// `v1alpha1` are still served.
 pub fn model_service() -> ResourceInfo {
     ResourceInfo::custom(
         "serving.modelservice.dev",
-        "v1beta1",
+        "v1",
         "modelservices",
         "ModelService",
     )
-    .with_versions(&["v1beta1", "v1alpha1"], "v1beta1")
+    .with_versions(&["v1", "v1beta1", "v1alpha1"], "v1")
     .with_status()
     .with_scale(ScalePaths {
         spec_replicas: "spec.replicas".into(),
@@ -459,6 +459,6 @@ mod tests {
                 "v2", "v1", "v11beta2", "v10beta3", "v1beta1", "v1alpha1", "foo"
             ]
         );
-        assert_eq!(model_service().versions_by_priority()[0], "v1beta1");
+        assert_eq!(model_service().versions_by_priority()[0], "v1");
     }
 }

@@ -119,7 +119,7 @@ mod tests {
     use serde_json::json;
 
     fn ms(status: serde_json::Value) -> ModelService {
-        serde_json::from_value(json!({"apiVersion": "serving.modelservice.dev/v1beta1",
+        serde_json::from_value(json!({"apiVersion": "serving.modelservice.dev/v1",
             "kind": "ModelService", "metadata": {"name": "llama-3-1-70b-instruct-long-name"},
             "spec": {"model": {"name": "m"}, "runtime": {"image": "i"}}, "status": status}))
         .expect("ModelService")

@@ -49,7 +49,11 @@ fn ready(models: &[ModelService], name: &str) -> bool {
 }
 
 fn api(client: &Client) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk(modelservice_operator::api::GROUP, "v1beta1", "ModelService");
+    let gvk = GroupVersionKind::gvk(
+        modelservice_operator::api::GROUP,
+        modelservice_operator::api::STORAGE_VERSION,
+        "ModelService",
+    );
     Api::namespaced_with(
         client.clone(),
         NAMESPACE,

@@ -30,7 +30,7 @@ async fn reconcile(obj: Arc<DynamicObject>, client: Arc<Client>) -> Result<Actio
         .patch(&format!("{name}-child"), &pp, &Patch::Apply(child))
         .await?;
     let status = json!({
-        "apiVersion": "serving.modelservice.dev/v1beta1", "kind": "ModelService",
+        "apiVersion": "serving.modelservice.dev/v1", "kind": "ModelService",
         "metadata": {"name": name},
         "status": {"observedGeneration": obj.meta().generation},
     });

@@ -431,7 +431,7 @@ async fn applying_the_modelservice_crd_keeps_the_hook_objects_and_watches() {
     let (code, scale) = raw(
         &client,
         "GET",
-        "/apis/serving.modelservice.dev/v1beta1/namespaces/default/modelservices/m/scale",
+        "/apis/serving.modelservice.dev/v1/namespaces/default/modelservices/m/scale",
         None,
         "",
     )

@@ -279,7 +279,7 @@ async fn unknown_resources_are_404_like_a_missing_crd() {
     let (code, body) = raw(
         &client,
         "GET",
-        "/apis/serving.modelservice.dev/v1beta1/namespaces/default/modelservices",
+        "/apis/serving.modelservice.dev/v1/namespaces/default/modelservices",
         None,
         "",
     )

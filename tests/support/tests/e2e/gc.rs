@@ -54,7 +54,7 @@ async fn setup() -> (crate::Backend, Client, Api<ConfigMap>) {
 /// An owner reference to the ModelService `name` with `uid`.
 fn to_modelservice(name: &str, uid: &str) -> OwnerReference {
     OwnerReference {
-        api_version: "serving.modelservice.dev/v1beta1".into(),
+        api_version: "serving.modelservice.dev/v1".into(),
         kind: "ModelService".into(),
         name: name.into(),
         uid: uid.into(),

@@ -141,7 +141,7 @@ pub fn cm(name: &str, data: &[(&str, &str)]) -> ConfigMap {
 
 pub fn ms_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("serving.modelservice.dev", "v1beta1", "ModelService"),
+        &GroupVersionKind::gvk("serving.modelservice.dev", "v1", "ModelService"),
         "modelservices",
     )
 }
@@ -151,7 +151,7 @@ pub fn ms_api(client: &Client, ns: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), ns, &ms_resource())
 }
 
-/// A ModelService object (v1beta1, the storage version, so a real server
+/// A ModelService object (v1, the storage version, so a real server
 /// needs no conversion webhook for it) with the given spec, plus the
 /// `model` and `runtime` its schema requires when the spec leaves them out
 /// (a real server refuses the object without them; the fake has no schema).

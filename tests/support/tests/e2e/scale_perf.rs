@@ -45,7 +45,7 @@ async fn load(owners: usize, per_owner: usize) {
         for j in 0..per_owner {
             let mut c = cm(&format!("m{i}-c{j}"), &[("k", "v")]);
             c.metadata.owner_references = Some(vec![OwnerReference {
-                api_version: "serving.modelservice.dev/v1beta1".into(),
+                api_version: "serving.modelservice.dev/v1".into(),
                 kind: "ModelService".into(),
                 name: format!("m{i}"),
                 uid: uid.clone(),

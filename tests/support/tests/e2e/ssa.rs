@@ -174,7 +174,7 @@ async fn apply_merges_keyed_lists_and_applies_status_separately() {
     let api = ms_api(&client, ns(&client));
     let body = |containers: serde_json::Value| {
         json!({
-            "apiVersion": "serving.modelservice.dev/v1beta1", "kind": "ModelService",
+            "apiVersion": "serving.modelservice.dev/v1", "kind": "ModelService",
             "metadata": {"name": "m"},
             "spec": {"containers": containers, "args": ["a", "b"]},
             "status": {"ignored": true}
@@ -196,7 +196,7 @@ async fn apply_merges_keyed_lists_and_applies_status_separately() {
     );
     // Another manager adds a field inside container a.
     let other = json!({
-        "apiVersion": "serving.modelservice.dev/v1beta1", "kind": "ModelService",
+        "apiVersion": "serving.modelservice.dev/v1", "kind": "ModelService",
         "metadata": {"name": "m"},
         "spec": {"containers": [{"name": "a", "env": [{"name": "E", "value": "1"}]}]}
     });
@@ -219,7 +219,7 @@ async fn apply_merges_keyed_lists_and_applies_status_separately() {
     let gen_before = o.metadata.generation;
 
     let status = json!({
-        "apiVersion": "serving.modelservice.dev/v1beta1", "kind": "ModelService",
+        "apiVersion": "serving.modelservice.dev/v1", "kind": "ModelService",
         "metadata": {"name": "m"}, "status": {"phase": "Ready"}
     });
     let o = api

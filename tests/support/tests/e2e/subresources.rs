@@ -198,7 +198,7 @@ async fn scale_subresource_of_a_custom_resource() {
         &client,
         "PATCH",
         &format!(
-            "/apis/serving.modelservice.dev/v1beta1/namespaces/{}/modelservices/m/scale",
+            "/apis/serving.modelservice.dev/v1/namespaces/{}/modelservices/m/scale",
             ns(&client)
         ),
         Some("application/merge-patch+json"),

@@ -1,4 +1,4 @@
-//! A custom resource served at two versions: objects stored at `v1beta1`,
+//! A custom resource served at several versions: objects stored at `v1`,
 //! converted for `v1alpha1` by a conversion hook, on every verb.
 //!
 //! Fake-only, all of them: they use a test converter with shapes of their
@@ -22,10 +22,11 @@ use crate::{raw, rv_of, status_of};
 
 const GROUP: &str = "serving.modelservice.dev";
 const ALPHA: &str = "serving.modelservice.dev/v1alpha1";
-const BETA: &str = "serving.modelservice.dev/v1beta1";
+/// The stored version.
+const STORED: &str = "serving.modelservice.dev/v1";
 
 /// The test's conversion webhook. The versions differ in `spec.model`:
-/// `v1alpha1` has the model's name as a string, `v1beta1` an object
+/// `v1alpha1` has the model's name as a string, `v1` an object
 /// `{name}`. A model named `unconvertible` makes the webhook fail.
 fn model_converter() -> Converter {
     Arc::new(|mut obj: Value, to: &str| {
@@ -42,7 +43,7 @@ fn model_converter() -> Converter {
         }
         *model = match to {
             ALPHA => json!(name),
-            BETA => json!({ "name": name }),
+            STORED => json!({ "name": name }),
             _ => return Err(format!("unknown version {to}")),
         };
         obj["apiVersion"] = json!(to);
@@ -70,8 +71,8 @@ fn alpha(client: &Client) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), "default", &resource("v1alpha1"))
 }
 
-fn beta(client: &Client) -> Api<DynamicObject> {
-    Api::namespaced_with(client.clone(), "default", &resource("v1beta1"))
+fn at_v1(client: &Client) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), "default", &resource("v1"))
 }
 
 /// A ModelService at `version` whose spec is `spec` plus the model.
@@ -99,7 +100,7 @@ fn path(version: &str, rest: &str) -> String {
 }
 
 #[tokio::test]
-async fn created_at_v1alpha1_stored_at_v1beta1_read_at_both() {
+async fn created_at_v1alpha1_stored_at_v1_read_at_both() {
     let (server, client) = start_converting().await;
     let created = alpha(&client)
         .create(
@@ -114,12 +115,12 @@ async fn created_at_v1alpha1_stored_at_v1beta1_read_at_both() {
     let stored = server
         .get_object(GROUP, "modelservices", "default", "m")
         .expect("stored");
-    assert_eq!(stored["apiVersion"], BETA);
+    assert_eq!(stored["apiVersion"], STORED);
     assert_eq!(stored["spec"]["model"], json!({"name": "llama"}));
 
-    let b = beta(&client).get("m").await.expect("get at v1beta1");
+    let b = at_v1(&client).get("m").await.expect("get at v1");
     let a = alpha(&client).get("m").await.expect("get at v1alpha1");
-    assert_eq!(api_version(&b), BETA);
+    assert_eq!(api_version(&b), STORED);
     assert_eq!(b.data["spec"]["model"], json!({"name": "llama"}));
     assert_eq!(api_version(&a), ALPHA);
     assert_eq!(a.data["spec"]["model"], "llama");
@@ -162,19 +163,19 @@ async fn lists_and_watches_at_both_versions() {
         .await
         .expect("watch at v1alpha1")
         .boxed();
-    let mut beta_events = beta(&client)
+    let mut beta_events = at_v1(&client)
         .watch(&WatchParams::default().disable_bookmarks(), "0")
         .await
-        .expect("watch at v1beta1")
+        .expect("watch at v1")
         .boxed();
-    let b = beta(&client)
-        .create(&pp, &ms_at("v1beta1", "b", "mistral", json!({})))
+    let b = at_v1(&client)
+        .create(&pp, &ms_at("v1", "b", "mistral", json!({})))
         .await
         .expect("create b");
 
     for (api, av, model_a) in [
         (alpha(&client), ALPHA, json!("llama")),
-        (beta(&client), BETA, json!({"name": "llama"})),
+        (at_v1(&client), STORED, json!({"name": "llama"})),
     ] {
         let list = api.list(&ListParams::default()).await.expect("list");
         let names: Vec<_> = list.items.iter().map(|o| o.metadata.name.clone()).collect();
@@ -212,7 +213,7 @@ async fn lists_and_watches_at_both_versions() {
         .expect("delete a");
 
     let mut seen = Vec::new();
-    for (events, av) in [(&mut alpha_events, ALPHA), (&mut beta_events, BETA)] {
+    for (events, av) in [(&mut alpha_events, ALPHA), (&mut beta_events, STORED)] {
         let mut got = Vec::new();
         while got.len() < 4 {
             let e = tokio::time::timeout(Duration::from_secs(5), events.try_next())
@@ -271,15 +272,15 @@ async fn apply_at_two_versions_by_two_managers() {
         )
         .await
         .expect("apply at v1alpha1");
-    let o = beta(&client)
+    let o = at_v1(&client)
         .patch(
             "m",
             &beta_mgr,
-            &Patch::Apply(cfg(BETA, json!({"replicas": 3}))),
+            &Patch::Apply(cfg(STORED, json!({"replicas": 3}))),
         )
         .await
-        .expect("apply at v1beta1");
-    assert_eq!(api_version(&o), BETA);
+        .expect("apply at v1");
+    assert_eq!(api_version(&o), STORED);
     assert_eq!(
         o.data["spec"],
         json!({"model": {"name": "llama"}, "image": "img:1", "replicas": 3})
@@ -308,17 +309,17 @@ async fn apply_at_two_versions_by_two_managers() {
             ),
             (
                 "beta-mgr".into(),
-                BETA.into(),
+                STORED.into(),
                 json!({"f:spec": {"f:replicas": {}}})
             ),
         ]
     );
 
-    // Changing the model at v1beta1 changes the field alpha-mgr owns at
+    // Changing the model at v1 changes the field alpha-mgr owns at
     // v1alpha1: a conflict, named at alpha-mgr's version.
-    let changed = cfg(BETA, json!({"replicas": 3, "model": {"name": "mistral"}}));
+    let changed = cfg(STORED, json!({"replicas": 3, "model": {"name": "mistral"}}));
     let s = status_of(
-        beta(&client)
+        at_v1(&client)
             .patch("m", &beta_mgr, &Patch::Apply(&changed))
             .await,
     );
@@ -327,7 +328,7 @@ async fn apply_at_two_versions_by_two_managers() {
         s.message,
         "Apply failed with 1 conflict: conflict with \"alpha-mgr\": .spec.model"
     );
-    let o = beta(&client)
+    let o = at_v1(&client)
         .patch(
             "m",
             &PatchParams::apply("beta-mgr").force(),
@@ -346,7 +347,7 @@ async fn apply_at_two_versions_by_two_managers() {
             ),
             (
                 "beta-mgr".into(),
-                BETA.into(),
+                STORED.into(),
                 json!({"f:spec": {"f:model": {"f:name": {}}, "f:replicas": {}}})
             ),
         ]
@@ -364,11 +365,11 @@ async fn apply_at_two_versions_by_two_managers() {
     assert_eq!(a.data["spec"], json!({"model": "mistral", "replicas": 3}));
     // beta-mgr stops applying the model, which alpha-mgr now co-owns at
     // v1alpha1: it stays.
-    let b = beta(&client)
+    let b = at_v1(&client)
         .patch(
             "m",
             &beta_mgr,
-            &Patch::Apply(cfg(BETA, json!({"replicas": 3}))),
+            &Patch::Apply(cfg(STORED, json!({"replicas": 3}))),
         )
         .await
         .expect("apply without the model");
@@ -391,13 +392,13 @@ async fn apply_at_two_versions_by_two_managers() {
 #[tokio::test]
 async fn patches_at_v1alpha1_apply_to_the_v1alpha1_shape() {
     let (server, client) = start_converting().await;
-    beta(&client)
+    at_v1(&client)
         .create(
             &PostParams::default(),
-            &ms_at("v1beta1", "m", "llama", json!({})),
+            &ms_at("v1", "m", "llama", json!({})),
         )
         .await
-        .expect("create at v1beta1");
+        .expect("create at v1");
     let o = alpha(&client)
         .patch(
             "m",
@@ -427,7 +428,7 @@ async fn patches_at_v1alpha1_apply_to_the_v1alpha1_shape() {
         .expect("JSON patch at v1alpha1");
     assert_eq!(o.data["spec"]["model"], "phi");
     assert_eq!(
-        beta(&client).get("m").await.expect("get").data["spec"]["model"],
+        at_v1(&client).get("m").await.expect("get").data["spec"]["model"],
         json!({"name": "phi"})
     );
 
@@ -449,10 +450,7 @@ async fn patches_at_v1alpha1_apply_to_the_v1alpha1_shape() {
         .await
         .expect("scale at v1alpha1");
     assert_eq!(scaled.spec.and_then(|s| s.replicas), Some(4));
-    let scale = beta(&client)
-        .get_scale("m")
-        .await
-        .expect("scale at v1beta1");
+    let scale = at_v1(&client).get_scale("m").await.expect("scale at v1");
     assert_eq!(
         scale
             .status
@@ -460,7 +458,7 @@ async fn patches_at_v1alpha1_apply_to_the_v1alpha1_shape() {
             .map(|s| (s.replicas, s.selector.clone())),
         Some((1, Some("app=m".into())))
     );
-    let b = beta(&client).get("m").await.expect("get");
+    let b = at_v1(&client).get("m").await.expect("get");
     assert_eq!(
         (b.data["spec"]["replicas"].as_i64(), b.metadata.generation),
         (Some(4), Some(4))
@@ -488,14 +486,14 @@ async fn a_failing_conversion_is_a_500_and_changes_nothing() {
         s.message
     );
     assert_eq!(server.resource_version(), rv, "nothing stored");
-    assert_eq!(status_of(beta(&client).get("m").await).code, 404);
+    assert_eq!(status_of(at_v1(&client).get("m").await).code, 404);
 
-    // Stored at v1beta1 (no conversion on the way in), it cannot be read,
-    // written or deleted at v1alpha1; at v1beta1 it can.
-    beta(&client)
+    // Stored at v1 (no conversion on the way in), it cannot be read,
+    // written or deleted at v1alpha1; at v1 it can.
+    at_v1(&client)
         .create(
             &PostParams::default(),
-            &ms_at("v1beta1", "m", "unconvertible", json!({})),
+            &ms_at("v1", "m", "unconvertible", json!({})),
         )
         .await
         .expect("create at the storage version");
@@ -518,7 +516,7 @@ async fn a_failing_conversion_is_a_500_and_changes_nothing() {
         500
     );
     assert_eq!(server.resource_version(), rv, "nothing written");
-    beta(&client).get("m").await.expect("get at v1beta1");
+    at_v1(&client).get("m").await.expect("get at v1");
 
     // A watch at v1alpha1 ends with an ERROR event carrying the Status.
     let (code, body) = raw(
@@ -540,7 +538,7 @@ async fn a_failing_conversion_is_a_500_and_changes_nothing() {
     assert_eq!(first["object"]["code"], 500);
 
     // The webhook going down fails every read at the other version.
-    beta(&client)
+    at_v1(&client)
         .patch(
             "m",
             &PatchParams::default(),
@@ -561,7 +559,7 @@ async fn a_failing_conversion_is_a_500_and_changes_nothing() {
         "{}",
         s.message
     );
-    beta(&client)
+    at_v1(&client)
         .get("m")
         .await
         .expect("the storage version needs no webhook");
@@ -570,14 +568,14 @@ async fn a_failing_conversion_is_a_500_and_changes_nothing() {
 #[tokio::test]
 async fn a_write_at_the_other_version_that_changes_nothing_stored_writes_nothing() {
     let (_server, client) = start_converting().await;
-    let created = beta(&client)
+    let created = at_v1(&client)
         .create(
             &PostParams::default(),
-            &ms_at("v1beta1", "m", "llama", json!({"replicas": 1})),
+            &ms_at("v1", "m", "llama", json!({"replicas": 1})),
         )
         .await
-        .expect("create at v1beta1");
-    let mut events = beta(&client)
+        .expect("create at v1");
+    let mut events = at_v1(&client)
         .watch(
             &WatchParams::default().disable_bookmarks(),
             &rv_of(&created.metadata).to_string(),
@@ -635,16 +633,16 @@ async fn a_write_at_the_other_version_that_changes_nothing_stored_writes_nothing
 #[tokio::test]
 async fn deletes_answer_at_the_request_version() {
     let (_server, client) = start_converting().await;
-    let mut held = ms_at("v1beta1", "held", "llama", json!({}));
+    let mut held = ms_at("v1", "held", "llama", json!({}));
     held.metadata.finalizers = Some(vec!["example.dev/hold".into()]);
-    beta(&client)
+    at_v1(&client)
         .create(&PostParams::default(), &held)
         .await
         .expect("create held");
-    beta(&client)
+    at_v1(&client)
         .create(
             &PostParams::default(),
-            &ms_at("v1beta1", "gone", "phi", json!({})),
+            &ms_at("v1", "gone", "phi", json!({})),
         )
         .await
         .expect("create gone");
@@ -690,20 +688,21 @@ async fn without_a_converter_only_api_version_changes() {
         .expect("stored");
     assert_eq!(
         (stored["apiVersion"].as_str(), &stored["spec"]["model"]),
-        (Some(BETA), &json!("llama"))
+        (Some(STORED), &json!("llama"))
     );
-    let b = beta(&client).get("m").await.expect("get at v1beta1");
+    let b = at_v1(&client).get("m").await.expect("get at v1");
     assert_eq!(
         (api_version(&b), &b.data["spec"]["model"]),
-        (BETA, &json!("llama"))
+        (STORED, &json!("llama"))
     );
 }
 
 #[tokio::test]
-async fn discovery_lists_both_versions_and_prefers_v1beta1() {
+async fn discovery_lists_every_version_and_prefers_v1() {
     let (_server, client) = crate::start().await;
     let want_versions = json!([
-        {"groupVersion": BETA, "version": "v1beta1"},
+        {"groupVersion": STORED, "version": "v1"},
+        {"groupVersion": format!("{GROUP}/v1beta1"), "version": "v1beta1"},
         {"groupVersion": ALPHA, "version": "v1alpha1"},
     ]);
     let (_, groups) = raw(&client, "GET", "/apis", None, "").await;
@@ -715,11 +714,11 @@ async fn discovery_lists_both_versions_and_prefers_v1beta1() {
         .cloned()
         .expect("the group is listed");
     assert_eq!(group["versions"], want_versions);
-    assert_eq!(group["preferredVersion"]["version"], "v1beta1");
+    assert_eq!(group["preferredVersion"]["version"], "v1");
     let (code, group) = raw(&client, "GET", &format!("/apis/{GROUP}"), None, "").await;
     assert_eq!((code, &group["versions"]), (200, &want_versions));
-    assert_eq!(group["preferredVersion"]["groupVersion"], BETA);
-    for v in ["v1alpha1", "v1beta1"] {
+    assert_eq!(group["preferredVersion"]["groupVersion"], STORED);
+    for v in ["v1alpha1", "v1beta1", "v1"] {
         let (code, list) = raw(&client, "GET", &format!("/apis/{GROUP}/{v}"), None, "").await;
         assert_eq!(code, 200);
         let names: Vec<&str> = list["resources"]
@@ -737,13 +736,16 @@ async fn discovery_lists_both_versions_and_prefers_v1beta1() {
             ]
         );
     }
-    let (code, _) = raw(&client, "GET", &format!("/apis/{GROUP}/v1"), None, "").await;
+    let (code, _) = raw(&client, "GET", &format!("/apis/{GROUP}/v2"), None, "").await;
     assert_eq!(code, 404);
 
     // kube's own discovery agrees.
     let g = kube::discovery::group(&client, GROUP)
         .await
         .expect("discovery");
-    assert_eq!(g.preferred_version_or_latest(), "v1beta1");
-    assert_eq!(g.versions().collect::<Vec<_>>(), ["v1beta1", "v1alpha1"]);
+    assert_eq!(g.preferred_version_or_latest(), "v1");
+    assert_eq!(
+        g.versions().collect::<Vec<_>>(),
+        ["v1", "v1beta1", "v1alpha1"]
+    );
 }
