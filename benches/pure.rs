@@ -1,6 +1,8 @@
-//! Micro-benchmark of the pure path one reconcile runs for one ModelService:
-//! validate, build the three children, compute the status, and decide (by
-//! subset comparison) that nothing needs to be applied.
+//! Micro-benchmarks of the pure code: the path one reconcile runs for one
+//! ModelService (validate, build the three children, compute the status,
+//! and decide by subset comparison that nothing needs to be applied), and
+//! one conversion as the webhook runs it for each object the API server
+//! sends (through v1, the hub).
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -83,5 +85,22 @@ fn pure_path(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, pure_path);
+fn conversion(c: &mut Criterion) {
+    use modelservice_operator::core::convert::{V1, V1ALPHA1, V1BETA1, convert_checked};
+    let v1: serde_json::Value = serde_yaml::from_str(MS).expect("sample");
+    let alpha = convert_checked(v1.clone(), V1ALPHA1).expect("to v1alpha1");
+    let beta = convert_checked(v1.clone(), V1BETA1).expect("to v1beta1");
+    for (name, from, to) in [
+        ("convert v1alpha1 -> v1 (checked)", &alpha, V1),
+        ("convert v1 -> v1alpha1", &v1, V1ALPHA1),
+        ("convert v1beta1 -> v1 (checked)", &beta, V1),
+        ("convert v1alpha1 -> v1beta1 (two hops)", &alpha, V1BETA1),
+    ] {
+        c.bench_function(name, |b| {
+            b.iter(|| black_box(convert_checked(black_box(from.clone()), to)))
+        });
+    }
+}
+
+criterion_group!(benches, pure_path, conversion);
 criterion_main!(benches);

@@ -51,7 +51,17 @@ pub fn crd() -> Result<CustomResourceDefinition, MergeError> {
     crd.spec
         .versions
         .sort_by_key(|v| ORDER.iter().position(|o| *o == v.name));
+    // v1beta1 shows what v1 shows: the columns' paths are the same in both.
+    let columns = crd
+        .spec
+        .versions
+        .iter()
+        .find(|v| v.name == STORAGE_VERSION)
+        .and_then(|v| v.additional_printer_columns.clone());
     for v in &mut crd.spec.versions {
+        if v.name == "v1beta1" {
+            v.additional_printer_columns = columns.clone();
+        }
         if v.name != STORAGE_VERSION {
             v.deprecated = Some(true);
             v.deprecation_warning = Some(deprecation_warning(&v.name));

@@ -6,10 +6,7 @@
 //! safe because v1 is the promise that those shapes stop moving, and the
 //! committed CRD (`crds/`, checked in CI) shows any change to this version's
 //! schema as a diff. A change to a borrowed type must first fork it here.
-
-// Several `printcolumn(...)` entries share `type_ = "string"`, which clippy
-// mistakes for a repeated attribute.
-#![allow(clippy::duplicated_attributes)]
+//! Its printer columns are v1's too, copied when the CRD is built.
 
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -45,54 +42,6 @@ use super::v1::{
         spec_replicas_path = ".spec.replicas",
         status_replicas_path = ".status.replicas",
         label_selector_path = ".status.selector"
-    ),
-    printcolumn(
-        name = "Model",
-        type_ = "string",
-        json_path = ".spec.model.name",
-        description = "The model being served"
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
-        description = "Whether the current spec is rolled out and available"
-    ),
-    printcolumn(
-        name = "Reason",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
-        description = "Why the model is or is not ready (for example InsufficientGPU, ImagePullFailed, RollingOut)"
-    ),
-    printcolumn(
-        name = "Canary",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"CanaryHealthy\")].reason",
-        description = "With rollout.canary: Serving, Starting, or why it was rolled back (for example CrashLooping)"
-    ),
-    printcolumn(
-        name = "Weights",
-        type_ = "string",
-        json_path = ".status.model.progress",
-        description = "With model.source: the download's progress (42% of 86.0 GiB, 410.0 MiB/s, about 2 min left), or the cached size once complete"
-    ),
-    printcolumn(
-        name = "Replicas",
-        type_ = "integer",
-        json_path = ".status.readyReplicas",
-        description = "Ready pods of the current Deployment"
-    ),
-    printcolumn(
-        name = "URL",
-        type_ = "string",
-        json_path = ".status.url",
-        priority = 1,
-        description = "In-cluster URL of the model's HTTP endpoint"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
     )
 )]
 #[serde(rename_all = "camelCase")]

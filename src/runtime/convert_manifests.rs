@@ -65,6 +65,26 @@ mod tests {
     }
 
     #[test]
+    fn every_version_is_a_target_and_the_hops_come_back() {
+        let v1 = convert(ALPHA, TargetVersion::V1).expect("converts");
+        assert_eq!(documents(&v1).expect("parses")[0].value["apiVersion"], V1);
+        let beta = convert(&v1, TargetVersion::V1beta1).expect("converts");
+        assert_eq!(
+            documents(&beta).expect("parses")[0].value["apiVersion"],
+            V1BETA1
+        );
+        let back = convert(&beta, TargetVersion::V1alpha1).expect("converts");
+        let values = |s: &str| {
+            documents(s)
+                .expect("parses")
+                .into_iter()
+                .map(|d| d.value)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(values(&back), values(ALPHA));
+    }
+
+    #[test]
     fn bad_yaml_names_the_document() {
         let err = convert("kind: A\n---\n: :\n  - [", TargetVersion::V1beta1).expect_err("bad");
         assert!(err.contains("document 2"), "{err}");
