@@ -238,7 +238,7 @@ pub fn crd_rules() -> Vec<Rule> {
         )
         .named(&[CRD_NAME]),
         Rule::new(
-            "Storage migration: narrow status.storedVersions to [v1beta1] once \
+            "Storage migration: narrow status.storedVersions to [v1] once \
              every ModelService has been rewritten (JSON patch, test-and-replace).",
             "apiextensions.k8s.io",
             "customresourcedefinitions/status",

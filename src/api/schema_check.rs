@@ -4,7 +4,7 @@
 //! was written in, then converts it for storage, and does not validate the
 //! converted object again. Conversion to the storage version brings back
 //! fields from the kept-fields annotation, which is user input: without this
-//! check a v1alpha1 client could store a v1beta1 field outside the v1beta1
+//! check a v1alpha1 client could store a v1 field outside the v1
 //! schema (a canary of 5000 replicas). So the webhook refuses a conversion to
 //! the storage version whose result breaks a bound of that version's schema
 //! (a range, a length, an enum, a type), naming the field.

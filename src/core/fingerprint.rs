@@ -50,7 +50,7 @@ const FIRST_OWNER_API_VERSION: &str = "serving.modelservice.dev/v1alpha1";
 /// the child, and a new fingerprint would be: a changed annotation bumps a
 /// Deployment's `metadata.generation`, so an operator upgrade would touch
 /// every Deployment. This way the upgrade only moves the owner reference to
-/// v1beta1 (metadata the Deployment controller ignores), and the
+/// the new version (metadata the Deployment controller ignores), and the
 /// fingerprints already on children stay valid.
 pub fn stamp(desired: &mut Value) {
     let owners = desired.pointer_mut("/metadata/ownerReferences");

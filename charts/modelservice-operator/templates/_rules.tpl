@@ -143,7 +143,7 @@ templates/crd-rbac.yaml.
   resources: ["customresourcedefinitions"]
   resourceNames: ["modelservices.serving.modelservice.dev"]
   verbs: ["get", "patch"]
-# Storage migration: narrow status.storedVersions to [v1beta1] once every
+# Storage migration: narrow status.storedVersions to [v1] once every
 # ModelService has been rewritten (JSON patch, test-and-replace).
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions/status"]
