@@ -36,6 +36,15 @@ mod tests {
 
     const ALPHA: &str = "apiVersion: serving.modelservice.dev/v1alpha1\nkind: ModelService\nmetadata: {name: m}\nspec: {model: llama, image: vllm:1, gpus: 2}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {k: v}\n";
 
+    /// The documents of a stream, parsed.
+    fn values(s: &str) -> Vec<serde_json::Value> {
+        documents(s)
+            .expect("parses")
+            .into_iter()
+            .map(|d| d.value)
+            .collect()
+    }
+
     #[test]
     fn model_services_move_and_other_kinds_stay() {
         let out = convert(ALPHA, TargetVersion::V1beta1).expect("converts");
@@ -54,13 +63,6 @@ mod tests {
     fn converting_back_gives_the_original_documents() {
         let beta = convert(ALPHA, TargetVersion::V1beta1).expect("converts");
         let back = convert(&beta, TargetVersion::V1alpha1).expect("converts");
-        let values = |s: &str| {
-            documents(s)
-                .expect("parses")
-                .into_iter()
-                .map(|d| d.value)
-                .collect::<Vec<_>>()
-        };
         assert_eq!(values(&back), values(ALPHA));
     }
 
@@ -74,13 +76,6 @@ mod tests {
             V1BETA1
         );
         let back = convert(&beta, TargetVersion::V1alpha1).expect("converts");
-        let values = |s: &str| {
-            documents(s)
-                .expect("parses")
-                .into_iter()
-                .map(|d| d.value)
-                .collect::<Vec<_>>()
-        };
         assert_eq!(values(&back), values(ALPHA));
     }
 
