@@ -202,7 +202,7 @@ impl Backend {
                 "runtime": {"image": "registry.k8s.io/pause:3.10", "args": [arg]},
                 "resources": {"gpus": if *variant == Variant::NoGpu { 0 } else { 1 }}}),
         };
-        json!({"apiVersion": "serving.modelservice.dev/v1beta1", "kind": "ModelService",
+        json!({"apiVersion": modelservice_operator::core::convert::V1, "kind": "ModelService",
             "metadata": {"name": name, "namespace": self.namespace()}, "spec": spec})
     }
 

@@ -132,7 +132,7 @@ async fn write(client: &Client, ns: &str, ms: ModelService, event: bool) {
             "reportingController": MANAGER, "reportingInstance": "minimal",
             "action": "Apply", "reason": "Created", "type": "Normal",
             "note": format!("Created Deployment {name}, created Service {name}"),
-            "regarding": {"apiVersion": "serving.modelservice.dev/v1beta1", "kind": "ModelService", "name": name, "namespace": ns}
+            "regarding": {"apiVersion": modelservice_operator::core::convert::V1, "kind": "ModelService", "name": name, "namespace": ns}
         }));
         if let Ok(ev) = ev {
             let _ = Api::<Event>::namespaced(client.clone(), ns)
