@@ -133,6 +133,7 @@ async fn run_command(args: RunArgs) -> Result<(), String> {
             status_pace: args.status_pace,
             first_report_wait: args.first_report_wait,
             concurrency: args.concurrency,
+            events_queue: args.events_queue as usize,
             discovery_interval: args.discovery_interval,
             surge_grace: args.surge_grace,
             surge_read_window: args.surge_read_window,

@@ -98,7 +98,7 @@ impl Metrics {
         let events = IntCounterVec::new(
             Opts::new(
                 "modelservice_events_total",
-                "Kubernetes Events by outcome (published, failed, or dropped because the queue was full).",
+                "Kubernetes Events by outcome: published; failed (refused, or still failing after retries); retried (a try that failed for a passing reason); delayed (the queue was full: it waits by object and reason, never dropped); replaced (a newer event of the same object and reason took a delayed one's place).",
             ),
             &["result"],
         )?;

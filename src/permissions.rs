@@ -122,10 +122,11 @@ pub fn sections() -> Vec<Section> {
         Section {
             key: "capacityRules",
             why: "Free GPUs, for rollout.surge Auto: all nodes and the pods of every \
-                  namespace, listed once when a rollout starts (never watched or \
-                  cached). A ClusterRole even for an operator that watches one \
-                  namespace: nodes are cluster-scoped and other namespaces' pods hold \
-                  GPUs too. Without it, rollouts replace and say why.",
+                  namespace, watched from the first rollout that needs free GPUs on, \
+                  each pod reduced to its node and its GPU requests. A ClusterRole \
+                  even for an operator that watches one namespace: nodes are \
+                  cluster-scoped and other namespaces' pods hold GPUs too. Without \
+                  it, rollouts replace and say why.",
             rules: capacity_rules(),
         },
         Section {
@@ -256,18 +257,19 @@ pub fn capacity_rules() -> Vec<Rule> {
         Rule::new(
             "rollout.surge Auto: which nodes take the pods (Ready, schedulable, \
              labels for nodeSelector, taints for tolerations) and their \
-             allocatable GPUs, once per rollout start.",
+             allocatable GPUs; watched from the first rollout that needs them.",
             "",
             "nodes",
-            &[List],
+            &[List, Watch],
         ),
         Rule::new(
             "rollout.surge Auto: what the running pods of every namespace request \
              of the GPU resource, per node (fieldSelector \
-             status.phase!=Succeeded,status.phase!=Failed), once per rollout start.",
+             status.phase!=Succeeded,status.phase!=Failed); watched from the first \
+             rollout that needs them, so a decision costs O(nodes), not O(pods).",
             "",
             "pods",
-            &[List],
+            &[List, Watch],
         ),
     ]
 }
@@ -376,7 +378,7 @@ mod tests {
     }
 
     #[test]
-    fn the_surge_decision_may_list_nodes_and_pods_cluster_wide_and_nothing_more() {
+    fn the_surge_decision_may_list_and_watch_nodes_and_pods_cluster_wide_and_nothing_more() {
         let capacity = sections()
             .into_iter()
             .find(|s| s.key == "capacityRules")
@@ -388,8 +390,11 @@ mod tests {
             .collect();
         assert_eq!(
             grants,
-            [("", "nodes", vec![List]), ("", "pods", vec![List])],
-            "read once per rollout start: no get, watch or write"
+            [
+                ("", "nodes", vec![List, Watch]),
+                ("", "pods", vec![List, Watch])
+            ],
+            "read through a watch: no get, no write"
         );
         assert!(
             !cluster_rules().iter().any(|r| r.resource == "nodes"),

@@ -143,7 +143,7 @@ async fn world_with(leader: bool, config: ControllerConfig) -> World {
         controller: "modelservice-operator".into(),
         instance: Some("test".into()),
     };
-    let (events, publisher) = Events::new(client.clone(), reporter, metrics.clone());
+    let (events, publisher) = Events::new(client.clone(), reporter, metrics.clone(), 1000);
     tokio::spawn(publisher);
     let ctx = Context::new(
         client.clone(),

@@ -2,10 +2,13 @@
 //! the cluster of the current kubeconfig with `MODELSERVICE_E2E=1`, like the
 //! end-to-end suite. The phases and what they measure are the same on both.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use fake_apiserver::{FakeApiServer, RequestCounts};
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -244,6 +247,41 @@ impl Backend {
         }
     }
 
+    /// Every object of kind `K` in the namespace by name, with its
+    /// `metadata.creationTimestamp` in milliseconds since the epoch (None
+    /// where the server set none): metadata-only lists, 500 a page (the fake
+    /// pages as a real API server does).
+    pub async fn creation_times<K>(&self) -> Result<BTreeMap<String, Option<i64>>, kube::Error>
+    where
+        K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let api = Api::<K>::namespaced(self.client(), self.namespace());
+        let mut out = BTreeMap::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut lp = ListParams::default().limit(500);
+            if let Some(t) = &token {
+                lp = lp.continue_token(t);
+            }
+            let page = api.list_metadata(&lp).await?;
+            for o in page.items {
+                let created = o
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| t.0.as_millisecond());
+                out.insert(o.metadata.name.unwrap_or_default(), created);
+            }
+            match page.metadata.continue_.filter(|t| !t.is_empty()) {
+                Some(t) => token = Some(t),
+                None => return Ok(out),
+            }
+        }
+    }
+
     pub async fn deployment_exists(&self, name: &str) -> bool {
         match self {
             Backend::Fake { fake, .. } => fake
@@ -274,13 +312,19 @@ impl Backend {
         // namespace in Terminating: the bare client adds none, but strip any
         // (another operator on the cluster may have added one).
         let ms: Api<ModelService> = Api::namespaced(client.clone(), &namespace);
+        let mut objects = 0;
         if let Ok(list) = ms.list_metadata(&ListParams::default()).await {
-            for m in list.items {
-                if m.metadata
+            objects = list.items.len();
+            // 16 at a time: one by one, 10,000 patches take minutes.
+            futures::stream::iter(list.items.into_iter().filter(|m| {
+                m.metadata
                     .finalizers
                     .as_ref()
                     .is_some_and(|f| !f.is_empty())
-                {
+            }))
+            .for_each_concurrent(16, |m| {
+                let ms = ms.clone();
+                async move {
                     let _ = ms
                         .patch(
                             m.metadata.name.as_deref().unwrap_or_default(),
@@ -289,18 +333,33 @@ impl Backend {
                         )
                         .await;
                 }
-            }
+            })
+            .await;
         }
         let api = Api::<Namespace>::all(client);
         let _ = api.delete(&namespace, &DeleteParams::background()).await;
-        for _ in 0..600 {
+        // The namespace controller deletes every object (at N = 10,000:
+        // ModelServices, Deployments, ReplicaSets, Pods, Services, tens of
+        // thousands): 5 minutes, or 90 ms per ModelService beyond that.
+        let limit = namespace_deletion_limit(objects);
+        let start = std::time::Instant::now();
+        while start.elapsed() < limit {
             if matches!(api.get_opt(&namespace).await, Ok(None)) {
                 return;
             }
-            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        eprintln!("namespace {namespace} is still there after 5 minutes; delete it by hand");
+        eprintln!(
+            "namespace {namespace} is still there after {} minutes; delete it by hand",
+            limit.as_secs() / 60
+        );
     }
+}
+
+/// How long [`Backend::finish`] waits for a namespace with `objects`
+/// ModelServices to go: 5 minutes, at N = 10,000 15.
+fn namespace_deletion_limit(objects: usize) -> Duration {
+    Duration::from_secs(300).max(Duration::from_millis(90) * objects as u32)
 }
 
 async fn list_json<K>(client: &Client, ns: &str, lp: &ListParams) -> Vec<Value>

@@ -5,6 +5,12 @@
 //! `cargo bench --bench convergence -- [--n 100,1000,5000] [--concurrency 16]
 //! [--runs 2] [--variant gpu,nogpu] [--idle SECONDS] [--quick]`
 //!
+//! At scale, on a cluster: `MODELSERVICE_E2E=1 cargo bench --bench
+//! convergence -- --n 10000 --variant gpu --runs 1` (a cold phase takes up to
+//! ~10 minutes there, a rollout ~6; the harness's waits grow with N: see
+//! `converge_limit`, `settle_limit` and the namespace clean-up in
+//! `backend.rs`).
+//!
 //! For each N (and, on a cluster, each variant: `gpu`, 1 GPU per
 //! ModelService, or `nogpu`, whose pods run) it runs the operator and the
 //! bare-writes baseline (`bare.rs`) in turn, `--runs` times each: operator,
@@ -13,16 +19,20 @@
 //! Service and `status.observedGeneration == metadata.generation`), rollout
 //! convergence (a spec change to all N), and an idle window (10 s on the
 //! fake; on a cluster a quiet minute). On a cluster each phase also runs on
-//! until the operator has made no write for 5 s (at most 60 s), and its
-//! requests are counted three ways: by the API server
-//! (`apiserver_request_total`, scraped from its `/metrics`), by the harness
-//! (its own client counted by the operator's counting layer) and by the
-//! operator (`modelservice_api_requests_total`). It reports wall time, the
+//! until the operator has made no write for 5 s (at most 60 s, or 20 ms per
+//! ModelService above N = 3,000), and its requests are counted three ways:
+//! by the API server (`apiserver_request_total`, scraped from its
+//! `/metrics`), by the harness (its own client counted by the operator's
+//! counting layer) and by the operator (`modelservice_api_requests_total`). It reports wall time, the
 //! operator's requests per ModelService by verb and resource, CPU, peak RSS
-//! and p50/p99 reconcile duration, then a summary against the issue's
-//! targets. On the fake it also times the 4- and 5-write minimal clients
-//! (`minimal.rs`), and everywhere create-to-Deployment latency on an idle
-//! server (not with `--quick`). It prints Markdown; it asserts nothing.
+//! and p50/p99 reconcile duration; for the cold phase of operator and
+//! bare-writes runs alike, create→Deployment latency per ModelService (its
+//! Deployment's `metadata.creationTimestamp` minus its own, whole seconds,
+//! listed once after convergence) and, for the operator, reconciles per
+//! ModelService (`modelservice_reconcile_total`); then a summary against the
+//! issue's targets. On the fake it also times the 4- and 5-write minimal
+//! clients (`minimal.rs`), and everywhere create-to-Deployment latency on an
+//! idle server (not with `--quick`). It prints Markdown; it asserts nothing.
 
 mod backend;
 mod bare;
@@ -36,6 +46,7 @@ use std::time::{Duration, Instant};
 use backend::{Backend, Variant};
 use fake_apiserver::localhost::{free_port, http_get};
 use futures::{Stream, StreamExt, stream};
+use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use measure::{
@@ -134,16 +145,34 @@ fn name(i: usize) -> String {
     format!("m{i:05}")
 }
 
-/// Waits for convergence; false after 30 minutes (no panic, see `ready`).
+/// How long a phase may take to converge before the run gives up: 30
+/// minutes, or 360 ms per ModelService beyond that (an hour at N = 10,000,
+/// where a cold phase takes up to ~10 minutes on a cluster).
+fn converge_limit(n: usize) -> Duration {
+    Duration::from_secs(1800).max(Duration::from_millis(360) * n as u32)
+}
+
+/// How long `settle` waits at most for the operator's writes to stop: 60 s,
+/// or 20 ms per ModelService beyond that (200 s at N = 10,000).
+fn settle_limit(n: usize) -> Duration {
+    Duration::from_secs(60).max(Duration::from_millis(20) * n as u32)
+}
+
+/// Waits for convergence; false after `converge_limit` (no panic, see
+/// `ready`).
 async fn wait_converged(b: &Backend, n: usize, generation: i64, arg: &str) -> bool {
     let t = Instant::now();
+    let limit = converge_limit(n);
     let every = match b {
         Backend::Fake { .. } => Duration::from_millis(20),
         Backend::Cluster { .. } => Duration::from_millis(250),
     };
     while !b.converged(n, generation, arg).await {
-        if t.elapsed() > Duration::from_secs(1800) {
-            eprintln!("N={n}: no convergence to generation {generation} within 30 minutes");
+        if t.elapsed() > limit {
+            eprintln!(
+                "N={n}: no convergence to generation {generation} within {} minutes",
+                limit.as_secs() / 60
+            );
             return false;
         }
         tokio::time::sleep(every).await;
@@ -190,6 +219,9 @@ struct Mark {
     api: Option<ApiCounts>,
     operator_cpu: f64,
     driver_cpu: f64,
+    /// The operator's `modelservice_reconcile_total` (None without an
+    /// operator, or if its metrics could not be read).
+    reconciles: Option<f64>,
 }
 
 /// Now. The API server first, then the harness (whose count then includes
@@ -197,18 +229,22 @@ struct Mark {
 async fn mark(b: &Backend, op: Option<&Operator>) -> Mark {
     let api = b.apiserver_counts().await;
     let harness = b.harness_requests();
-    let operator = match (b.server_counts(), op) {
+    let metrics = op.map(|op| op.metrics());
+    let operator = match (b.server_counts(), &metrics) {
         (Some(c), _) => c
             .iter()
             .map(|((verb, resource), n)| (format!("{} {resource}", verb.as_str()), n as f64))
             .collect(),
-        (None, Some(op)) => requests(&op.metrics()),
+        (None, Some(m)) => requests(m),
         (None, None) => Requests::new(),
     };
     Mark {
         operator,
         harness,
         api,
+        reconciles: metrics
+            .filter(|m| !m.is_empty())
+            .map(|m| total(&m, "modelservice_reconcile_total")),
         operator_cpu: op.map(|op| cpu_seconds(&op.pid())).unwrap_or(0.0),
         driver_cpu: cpu_seconds("self"),
     }
@@ -226,6 +262,100 @@ async fn cost(b: &Backend, op: Option<&Operator>, from: &Mark) -> Mark {
         },
         operator_cpu: now.operator_cpu - from.operator_cpu,
         driver_cpu: now.driver_cpu - from.driver_cpu,
+        reconciles: match (now.reconciles, from.reconciles) {
+            (Some(a), Some(b)) => Some(a - b),
+            _ => None,
+        },
+    }
+}
+
+/// Reconciles per ModelService in a phase ("–" without an operator).
+fn reconciles(c: &Mark, n: usize) -> String {
+    match c.reconciles {
+        Some(r) => format!("{:.2}", r / n as f64),
+        None => "–".into(),
+    }
+}
+
+/// Create → Deployment latency of a cold phase, per ModelService: its
+/// Deployment's `metadata.creationTimestamp` minus its own, in seconds.
+#[derive(Clone, Copy)]
+struct CreateToDeployment {
+    p50: f64,
+    p99: f64,
+    max: f64,
+    /// ModelServices with a Deployment (the latencies), and without one.
+    count: usize,
+    missing: usize,
+}
+
+/// Lists the namespace's ModelServices and Deployments once each (500 a
+/// page) and pairs them by name. Err (printed "n/a") if a list fails or an
+/// object has no creationTimestamp.
+async fn create_to_deployment(b: &Backend) -> Result<CreateToDeployment, String> {
+    let ms = b
+        .creation_times::<ModelService>()
+        .await
+        .map_err(|e| format!("listing ModelServices: {e}"))?;
+    let deployments = b
+        .creation_times::<Deployment>()
+        .await
+        .map_err(|e| format!("listing Deployments: {e}"))?;
+    let mut lat = Vec::new();
+    let mut missing = 0;
+    for (name, created) in &ms {
+        let Some(created) = created else {
+            return Err(format!("ModelService {name} has no creationTimestamp"));
+        };
+        match deployments.get(name) {
+            Some(Some(d)) => lat.push((d - created) as f64 / 1000.0),
+            Some(None) => return Err(format!("Deployment {name} has no creationTimestamp")),
+            None => missing += 1,
+        }
+    }
+    if lat.is_empty() {
+        return Err("no ModelService with a Deployment".into());
+    }
+    lat.sort_by(f64::total_cmp);
+    Ok(CreateToDeployment {
+        p50: median(&lat),
+        p99: nearest_rank(&lat, 0.99),
+        max: lat[lat.len() - 1],
+        count: lat.len(),
+        missing,
+    })
+}
+
+/// The q-quantile of sorted `v` by nearest rank.
+fn nearest_rank(v: &[f64], q: f64) -> f64 {
+    v[((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1]
+}
+
+/// Seconds with no decimals when whole ("3"), else one ("3.5").
+fn whole(x: f64) -> String {
+    if x.fract() == 0.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.1}")
+    }
+}
+
+/// The per-run text of a cold phase's create → Deployment latency.
+fn latency_text(l: &Result<CreateToDeployment, String>) -> String {
+    match l {
+        Ok(l) => format!(
+            "create→Deployment (creationTimestamps, whole seconds) p50 {} s, p99 {} s, max {} s over {} ModelServices{}",
+            whole(l.p50),
+            whole(l.p99),
+            whole(l.max),
+            l.count,
+            if l.missing > 0 {
+                format!(" ({} without a Deployment)", l.missing)
+            } else {
+                String::new()
+            }
+        ),
+        Err(e) => format!("create→Deployment n/a ({e})"),
     }
 }
 
@@ -243,8 +373,10 @@ fn per_object(r: &Requests, n: usize) -> f64 {
 /// ModelService by verb and resource, CPU; on a cluster, the table of
 /// requests by verb and resource from the API server, the harness and the
 /// operator. Returns whether the operator-only rows agree (true on the fake).
-fn report(n: usize, phase: &str, wall: Option<Duration>, c: &Mark) -> bool {
-    report_as("operator", &c.operator, n, phase, wall, c)
+/// `extra` is appended to its first line.
+fn report(n: usize, phase: &str, wall: Option<Duration>, c: &Mark, extra: &str) -> bool {
+    let extra = format!("; reconciles per ModelService {}{extra}", reconciles(c, n));
+    report_as("operator", &c.operator, n, phase, wall, c, &extra)
 }
 
 /// `report` for the requests of `who`: the operator, or the bare client
@@ -256,6 +388,7 @@ fn report_as(
     phase: &str,
     wall: Option<Duration>,
     c: &Mark,
+    extra: &str,
 ) -> bool {
     let wall = match wall {
         Some(w) => format!(
@@ -267,7 +400,7 @@ fn report_as(
     };
     println!();
     println!(
-        "**{phase}**: {wall}; {who} writes {:.0} ({:.2} per ModelService), requests per ModelService {:.2} (watches left out); CPU operator {:.2} s / driver {:.2} s",
+        "**{phase}**: {wall}; {who} writes {:.0} ({:.2} per ModelService), requests per ModelService {:.2} (watches left out); CPU operator {:.2} s / driver {:.2} s{extra}",
         writes(mine),
         writes(mine) / n as f64,
         per_object(mine, n),
@@ -284,22 +417,23 @@ fn report_as(
 }
 
 /// On a cluster, after convergence: waits until the operator has made no
-/// write for 5 s (at most 60 s). Returns when it settled and when its last
-/// write was seen, both from `t0`.
-async fn settle(op: &Operator, t0: Instant) -> (Duration, Duration) {
+/// write for 5 s (at most `settle_limit(n)`). Returns when it settled and
+/// when its last write was seen, both from `t0`.
+async fn settle(op: &Operator, n: usize, t0: Instant) -> (Duration, Duration) {
     let start = Instant::now();
+    let limit = settle_limit(n);
     let mut last = writes(&requests(&op.metrics()));
     let mut last_write = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let w = writes(&requests(&op.metrics()));
-        if w != last {
+        let metrics = op.metrics();
+        // A scrape that failed (a busy operator at large N) is no write.
+        let w = writes(&requests(&metrics));
+        if !metrics.is_empty() && w != last {
             last = w;
             last_write = Instant::now();
         }
-        if last_write.elapsed() >= Duration::from_secs(5)
-            || start.elapsed() >= Duration::from_secs(60)
-        {
+        if last_write.elapsed() >= Duration::from_secs(5) || start.elapsed() >= limit {
             return (t0.elapsed(), last_write - t0);
         }
     }
@@ -315,14 +449,29 @@ struct OpRun {
     req_converged: f64,
     req_settled: f64,
     writes_settled: f64,
+    /// Reconciles per ModelService in the cold phase, until converged and
+    /// until settled (the same on the fake); NaN if unread.
+    reconciles_converged: f64,
+    reconciles_settled: f64,
+    latency: Option<CreateToDeployment>,
     idle_writes: f64,
     peak_kib: u64,
     agree: bool,
 }
 
-/// A phase until convergence, then (on a cluster) until settled. Returns
-/// the convergence time and the cost until settled; None if it did not
-/// converge.
+/// One phase of an operator run.
+struct Phase {
+    converged: Duration,
+    until_converged: Mark,
+    until_settled: Mark,
+    /// Create → Deployment, if asked for (the cold phase).
+    latency: Option<Result<CreateToDeployment, String>>,
+}
+
+/// A phase until convergence, then (on a cluster) until settled; with
+/// `latency` (the cold phase), then lists the ModelServices and Deployments
+/// for create → Deployment (after the phase's last mark, so the lists count
+/// in no phase). None if it did not converge.
 async fn phase(
     b: &Backend,
     op: &Operator,
@@ -330,7 +479,8 @@ async fn phase(
     generation: i64,
     arg: &str,
     name: &str,
-) -> Option<(Duration, Mark, Mark)> {
+    latency: bool,
+) -> Option<Phase> {
     let m = mark(b, Some(op)).await;
     let t = Instant::now();
     apply_all(b, n, arg).await;
@@ -341,6 +491,11 @@ async fn phase(
     let converged = t.elapsed();
     let until_converged = cost(b, Some(op), &m).await;
     if !b.is_cluster() {
+        let latency = if latency {
+            Some(create_to_deployment(b).await)
+        } else {
+            None
+        };
         report(
             n,
             &format!(
@@ -349,19 +504,34 @@ async fn phase(
             ),
             Some(converged),
             &until_converged,
+            &latency
+                .as_ref()
+                .map(|l| format!("; {}", latency_text(l)))
+                .unwrap_or_default(),
         );
-        return Some((converged, until_converged.clone(), until_converged));
+        return Some(Phase {
+            converged,
+            until_converged: until_converged.clone(),
+            until_settled: until_converged,
+            latency,
+        });
     }
     println!();
     println!(
-        "**{name}, until converged**: {:.2} s (the spec applies took {:.2} s); operator requests per ModelService {:.2}: {}",
+        "**{name}, until converged**: {:.2} s (the spec applies took {:.2} s); operator requests per ModelService {:.2}: {}; reconciles per ModelService {}",
         converged.as_secs_f64(),
         applied.as_secs_f64(),
         per_object(&until_converged.operator, n),
-        per_ms(&until_converged.operator, n)
+        per_ms(&until_converged.operator, n),
+        reconciles(&until_converged, n)
     );
-    let (settled, last) = settle(op, t).await;
+    let (settled, last) = settle(op, n, t).await;
     let until_settled = cost(b, Some(op), &m).await;
+    let latency = if latency {
+        Some(create_to_deployment(b).await)
+    } else {
+        None
+    };
     report(
         n,
         &format!(
@@ -371,8 +541,17 @@ async fn phase(
         ),
         Some(converged),
         &until_settled,
+        &latency
+            .as_ref()
+            .map(|l| format!("; {}", latency_text(l)))
+            .unwrap_or_default(),
     );
-    Some((converged, until_converged, until_settled))
+    Some(Phase {
+        converged,
+        until_converged,
+        until_settled,
+        latency,
+    })
 }
 
 /// All phases of one operator run; None if it could not run or converge.
@@ -391,7 +570,12 @@ async fn operator_phases(b: &Backend, op: &Operator, n: usize, o: &Opts) -> Opti
         return None;
     }
     let counted_before = requests(&op.metrics());
-    let (cold, conv, settled) = phase(b, op, n, 1, "--v1", "cold").await?;
+    let Phase {
+        converged: cold,
+        until_converged: conv,
+        until_settled: settled,
+        latency,
+    } = phase(b, op, n, 1, "--v1", "cold", true).await?;
     if b.server_counts().is_some() {
         let server: f64 = conv.operator.values().sum();
         let counted: f64 = since(&requests(&op.metrics()), &counted_before)
@@ -402,7 +586,11 @@ async fn operator_phases(b: &Backend, op: &Operator, n: usize, o: &Opts) -> Opti
         );
     }
     let mut agree = settled.api.is_none() || report_agrees(&settled);
-    let (rollout, _, rollout_settled) = phase(b, op, n, 2, "--v2", "rollout").await?;
+    let Phase {
+        converged: rollout,
+        until_settled: rollout_settled,
+        ..
+    } = phase(b, op, n, 2, "--v2", "rollout", false).await?;
     agree &= rollout_settled.api.is_none() || report_agrees(&rollout_settled);
 
     if !b.is_cluster() {
@@ -424,6 +612,7 @@ async fn operator_phases(b: &Backend, op: &Operator, n: usize, o: &Opts) -> Opti
         ),
         None,
         &idle,
+        "",
     );
 
     let metrics = op.metrics();
@@ -448,6 +637,9 @@ async fn operator_phases(b: &Backend, op: &Operator, n: usize, o: &Opts) -> Opti
         req_converged: per_object(&conv.operator, n),
         req_settled: per_object(&settled.operator, n),
         writes_settled: writes(&settled.operator) / n as f64,
+        reconciles_converged: conv.reconciles.map_or(f64::NAN, |r| r / n as f64),
+        reconciles_settled: settled.reconciles.map_or(f64::NAN, |r| r / n as f64),
+        latency: latency.and_then(Result::ok),
         idle_writes: writes(&idle.operator),
         peak_kib: mem.peak,
         agree,
@@ -475,12 +667,23 @@ fn bare_who<'a>(b: &Backend, c: &'a Mark) -> (&'static str, &'a Requests) {
     }
 }
 
-/// One bare-writes run (see `bare.rs`): cold and rollout times.
-async fn run_bare(run: usize, n: usize, variant: Variant) -> Option<(f64, f64, bool)> {
+/// One bare-writes run's figures.
+struct BareRun {
+    cold: f64,
+    rollout: f64,
+    agree: bool,
+    latency: Option<CreateToDeployment>,
+}
+
+/// One bare-writes run (see `bare.rs`): cold and rollout times, and the
+/// cold phase's create → Deployment latency (listed after its cost, so the
+/// lists count in no phase).
+async fn run_bare(run: usize, n: usize, variant: Variant) -> Option<BareRun> {
     let b = Backend::new(run, variant).await?;
     let m = mark(&b, None).await;
     let cold = bare::cold(&b, n).await;
     let c = cost(&b, None, &m).await;
+    let latency = create_to_deployment(&b).await;
     let (who, mine) = bare_who(&b, &c);
     let mut agree = report_as(
         who,
@@ -492,6 +695,10 @@ async fn run_bare(run: usize, n: usize, variant: Variant) -> Option<(f64, f64, b
         ),
         Some(cold),
         &c,
+        &format!(
+            "; reconciles per ModelService – (no operator); {}",
+            latency_text(&latency)
+        ),
     );
     let m = mark(&b, None).await;
     let rollout = bare::rollout(&b, n).await;
@@ -507,9 +714,15 @@ async fn run_bare(run: usize, n: usize, variant: Variant) -> Option<(f64, f64, b
         ),
         Some(rollout),
         &c,
+        "",
     );
     b.finish().await;
-    Some((cold.as_secs_f64(), rollout.as_secs_f64(), agree))
+    Some(BareRun {
+        cold: cold.as_secs_f64(),
+        rollout: rollout.as_secs_f64(),
+        agree,
+        latency: latency.ok(),
+    })
 }
 
 /// Create → Deployment exists, one at a time on an idle server.
@@ -652,18 +865,62 @@ fn mark_target(ok: bool) -> &'static str {
 /// client-go's cold time at N = 100, the figure (not measured here).
 const CLIENT_GO_N100: f64 = 4.81;
 
+/// The summary cell of create → Deployment: the medians over the runs of
+/// each run's p50 and p99, the largest max, and each run's p50/p99 in
+/// parentheses; "n/a" if no run had it.
+fn latency_cell<'a>(runs: impl Iterator<Item = &'a Option<CreateToDeployment>>) -> String {
+    let l: Vec<&CreateToDeployment> = runs.flatten().collect();
+    if l.is_empty() {
+        return "n/a".into();
+    }
+    let p50 = median(&l.iter().map(|r| r.p50).collect::<Vec<_>>());
+    let p99 = median(&l.iter().map(|r| r.p99).collect::<Vec<_>>());
+    let max = l.iter().map(|r| r.max).fold(f64::NEG_INFINITY, f64::max);
+    let each = if l.len() > 1 {
+        let each: Vec<String> = l
+            .iter()
+            .map(|r| format!("{}/{}", whole(r.p50), whole(r.p99)))
+            .collect();
+        format!(" ({})", each.join(", "))
+    } else {
+        String::new()
+    };
+    format!(
+        "{} / {} s, max {} s{each}",
+        whole(p50),
+        whole(p99),
+        whole(max)
+    )
+}
+
 /// The summary row of one (N, variant): the operator, then bare writes.
-fn summary_rows(n: usize, variant: Variant, ops: &[OpRun], bares: &[(f64, f64, bool)]) {
+fn summary_rows(n: usize, variant: Variant, ops: &[OpRun], bares: &[BareRun], cluster: bool) {
     let pick = |f: fn(&OpRun) -> f64| ops.iter().map(f).collect::<Vec<f64>>();
     let (cold, rollout) = (pick(|r| r.cold), pick(|r| r.rollout));
-    let bare_cold: Vec<f64> = bares.iter().map(|b| b.0).collect();
-    let bare_rollout: Vec<f64> = bares.iter().map(|b| b.1).collect();
+    let bare_cold: Vec<f64> = bares.iter().map(|b| b.cold).collect();
+    let bare_rollout: Vec<f64> = bares.iter().map(|b| b.rollout).collect();
     let ratio = |a: &[f64], b: &[f64]| median(a) / median(b);
     let x_cold = ratio(&cold, &bare_cold);
     let x_rollout = ratio(&rollout, &bare_rollout);
     let req = median(&pick(|r| r.req_settled));
     let req_conv = median(&pick(|r| r.req_converged));
     let idle = median(&pick(|r| r.idle_writes));
+    // NaN where the operator's metrics could not be read.
+    let two = |v: &[f64]| {
+        let v: Vec<f64> = v.iter().copied().filter(|x| !x.is_nan()).collect();
+        if v.is_empty() {
+            "n/a".to_string()
+        } else {
+            format!("{:.2}", median(&v))
+        }
+    };
+    let rec = two(&pick(|r| r.reconciles_settled));
+    let rec = if cluster {
+        let conv = two(&pick(|r| r.reconciles_converged));
+        format!("{rec} ({conv} until converged)")
+    } else {
+        rec
+    };
     let peak = ops.iter().map(|r| r.peak_kib).max().unwrap_or(0) as f64 * 1024.0;
     let client_go = if n == 100 && variant == Variant::Gpu {
         let faster = 1.0 - median(&cold) / CLIENT_GO_N100;
@@ -681,10 +938,11 @@ fn summary_rows(n: usize, variant: Variant, ops: &[OpRun], bares: &[(f64, f64, b
         String::new()
     };
     println!(
-        "| {n} | {} | operator | {} | {x_cold:.2}× {} | {} | {x_rollout:.2}× {} | {req:.2} {} ({req_conv:.2} until converged) | {:.2} | {idle:.0} {} | {:.1} MiB{rss_target} | {client_go} |",
+        "| {n} | {} | operator | {} | {x_cold:.2}× {} | {} | {} | {x_rollout:.2}× {} | {req:.2} {} ({req_conv:.2} until converged) | {:.2} | {rec} | {idle:.0} {} | {:.1} MiB{rss_target} | {client_go} |",
         variant.name(),
         secs(&cold),
         mark_target(x_cold <= 1.3),
+        latency_cell(ops.iter().map(|r| &r.latency)),
         secs(&rollout),
         mark_target(x_rollout <= 1.2),
         mark_target(req <= 4.5),
@@ -693,10 +951,11 @@ fn summary_rows(n: usize, variant: Variant, ops: &[OpRun], bares: &[(f64, f64, b
         peak / 1024.0 / 1024.0,
     );
     println!(
-        "| {n} | {} | bare writes ({} in flight) | {} | 1 | {} | 1 | 3 (cold) | 3 | – | – | – |",
+        "| {n} | {} | bare writes ({} in flight) | {} | 1 | {} | {} | 1 | 3 (cold) | 3 | – | – | – | – |",
         variant.name(),
         bare::IN_FLIGHT,
         secs(&bare_cold),
+        latency_cell(bares.iter().map(|b| &b.latency)),
         secs(&bare_rollout),
     );
 }
@@ -739,7 +998,7 @@ fn main() {
                     println!("### N={n}, {}, run {k}: bare writes", variant.name());
                     match run_bare(run, n, variant).await {
                         Some(b) => {
-                            agree_all &= b.2;
+                            agree_all &= b.agree;
                             bares.push(b);
                         }
                         None => eprintln!("N={n} {} run {k}: the bare run failed", variant.name()),
@@ -757,17 +1016,22 @@ fn main() {
         );
         println!();
         println!(
-            "| N | variant | client | cold | × bare | rollout | × bare rollout | requests/MS cold, until {} | writes/MS cold | writes in the idle {} s | peak RSS (VmHWM) | vs client-go |",
+            "create→Deployment p50 / p99: per ModelService of the cold phase, its Deployment's metadata.creationTimestamp − its own, listed once after convergence; the API server stamps whole seconds (the fake too), so each latency is within ±1 s. reconciles/MS cold: the operator's modelservice_reconcile_total over the cold phase ÷ N{}.",
+            if cluster { ", until settled (and until converged)" } else { "" }
+        );
+        println!();
+        println!(
+            "| N | variant | client | cold | × bare | create→Deployment p50 / p99 | rollout | × bare rollout | requests/MS cold, until {} | writes/MS cold | reconciles/MS cold | writes in the idle {} s | peak RSS (VmHWM) | vs client-go |",
             if cluster { "settled" } else { "converged" },
             o.idle.as_secs()
         );
-        println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for (n, variant, ops, bares) in &results {
             if ops.is_empty() || bares.is_empty() {
                 println!("| {n} | {} | (a run failed, see above) |", variant.name());
                 continue;
             }
-            summary_rows(*n, *variant, ops, bares);
+            summary_rows(*n, *variant, ops, bares, cluster);
         }
         if cluster {
             println!();

@@ -643,6 +643,7 @@ async fn apply_one<C: Child>(
     let rv = applied.meta().resource_version.as_deref();
     ctx.verified.remember(&key, rv, &fingerprint);
     ctx.applied.record(&key, rv, fingerprint);
+    ctx.echoes.wrote(&key, rv);
     let (outcome, op) = if current.is_some() {
         (Outcome::Updated, "update")
     } else {

@@ -29,6 +29,9 @@ pub struct ControllerConfig {
     pub first_report_wait: Duration,
     /// Reconciles in flight at once.
     pub concurrency: u16,
+    /// Events kept in order before further ones wait by object and reason
+    /// (see `events`).
+    pub events_queue: usize,
     /// How often optional APIs are looked for again (see `runtime::discovery`).
     pub discovery_interval: Duration,
     /// How long a surge pod may wait for GPUs before the rollout replaces
@@ -49,6 +52,7 @@ impl Default for ControllerConfig {
             status_pace: Duration::from_secs(2),
             first_report_wait: Duration::ZERO,
             concurrency: 16,
+            events_queue: super::events::QUEUE,
             discovery_interval: Duration::from_secs(30),
             surge_grace: Duration::from_secs(10),
             surge_read_window: Duration::from_secs(5),
@@ -166,6 +170,8 @@ pub struct Context {
     pub finalized: super::recent::Recent<()>,
     /// Statuses we wrote, until the ModelService cache shows them.
     pub written_status: super::recent::Recent<crate::api::ModelServiceStatus>,
+    /// What our writes produced, until their watch events come back.
+    pub echoes: super::echoes::Echoes,
     /// When we last wrote each status, for the pace of progress.
     pub status_writes: super::report::StatusWrites,
     /// Consecutive failures by namespace/name, for the error backoff.
@@ -207,6 +213,7 @@ impl Context {
             verified: Default::default(),
             finalized: Default::default(),
             written_status: Default::default(),
+            echoes: Default::default(),
             status_writes: Default::default(),
             failures: Default::default(),
             surge: Default::default(),
@@ -235,6 +242,7 @@ impl Context {
         self.written_status.forget(&key);
         self.status_writes.forget(&key);
         self.finalized.forget(&key);
+        self.echoes.forget(&key);
         super::apply::forget(self, namespace, name);
         self.surge.forget(namespace, name);
         self.recreations.forget(namespace, name);

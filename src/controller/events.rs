@@ -1,12 +1,15 @@
 //! Kubernetes Events on the ModelService: what a person sees in
 //! `kubectl describe`.
 //!
-//! Events are best effort and off the reconcile path. A reconcile hands an
-//! event to a bounded queue and goes on; a few background publishers send
-//! them. Awaiting each event inline would make every reconcile wait for one
-//! extra API round trip per child it touched (see BENCHMARKS.md). When the queue is full (a burst of thousands of objects), new events are
-//! dropped and counted, as client-go's broadcaster does: an event must never
-//! slow down or fail the work it describes.
+//! Events are off the reconcile path. A reconcile hands an event to a queue
+//! and goes on; a few background publishers send them. Awaiting each event
+//! inline would make every reconcile wait for one extra API round trip per
+//! child it touched (see BENCHMARKS.md). An event must never slow down or
+//! fail the work it describes, and it must not be lost either: the operator
+//! announces a cause once, when it begins, so a lost announcement is gone
+//! for good. Past its bound the queue delays announcements instead of
+//! dropping them (see `event_queue`), and a publish that fails for a reason
+//! that passes (429, 5xx, a dropped connection) is tried again with backoff.
 //!
 //! Every event goes through a fresh `Recorder`, with an empty cache. A
 //! long-lived one would turn a warning repeated within minutes into one
@@ -18,20 +21,26 @@
 //! begins (see `report::degraded_change`), never again while it lasts.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use tokio::sync::mpsc;
 use tracing::warn;
 
+use super::event_queue::{Pushed, Queue};
 use crate::metrics::Metrics;
 
-/// Events waiting to be published; client-go's broadcaster keeps 1000 too.
+/// Events kept in order before further ones wait by object and reason;
+/// client-go's broadcaster keeps 1000 too (and drops the rest).
 pub const QUEUE: usize = 1000;
 /// Events published at once.
 pub const PUBLISHERS: usize = 4;
+/// Tries of one event whose publish fails for a passing reason.
+const TRIES: u32 = 5;
+/// The wait before the second try; doubled for each further one.
+const FIRST_RETRY: Duration = Duration::from_millis(500);
 
 /// One queued event.
 struct Pending {
@@ -39,40 +48,55 @@ struct Pending {
     event: Event,
 }
 
+/// What a waiting event is about: one per object and reason.
+type Key = (Option<String>, Option<String>, String);
+
+/// Ends the queue when the last `Events` goes.
+struct Open(Arc<Queue<Key, Pending>>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
 /// The reconcile side of the queue.
 #[derive(Clone)]
 pub struct Events {
-    tx: mpsc::Sender<Pending>,
+    queue: Arc<Queue<Key, Pending>>,
+    _open: Arc<Open>,
     metrics: Arc<Metrics>,
 }
 
 impl Events {
-    /// The queue and its publisher; spawn the publisher. It ends once every
-    /// `Events` is dropped and the queue is drained.
+    /// The queue (`bound` events in order, then one per object and reason)
+    /// and its publisher; spawn the publisher. It ends once every `Events`
+    /// is dropped and the queue is drained.
     pub fn new(
         client: Client,
         reporter: Reporter,
         metrics: Arc<Metrics>,
+        bound: usize,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
-        let (tx, rx) = mpsc::channel::<Pending>(QUEUE);
+        let queue = Queue::new(bound);
         let publisher_metrics = metrics.clone();
-        let publisher = futures::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|p| (p, rx))
-        })
-        .for_each_concurrent(PUBLISHERS, move |p| {
-            let recorder = Recorder::new(client.clone(), reporter.clone());
-            let metrics = publisher_metrics.clone();
-            async move {
-                match recorder.publish(&p.event, &p.reference).await {
-                    Ok(()) => metrics.event("published"),
-                    Err(e) => {
-                        metrics.event("failed");
-                        warn!(error = %e, reason = %p.event.reason, "could not publish event");
-                    }
-                }
-            }
-        });
-        (Self { tx, metrics }, publisher)
+        let source = queue.clone();
+        let publisher =
+            futures::stream::unfold(source, |q| async move { q.next().await.map(|p| (p, q)) })
+                .for_each_concurrent(PUBLISHERS, move |p| {
+                    let recorder = Recorder::new(client.clone(), reporter.clone());
+                    let metrics = publisher_metrics.clone();
+                    async move { send(&recorder, &p, &metrics).await }
+                });
+        let open = Arc::new(Open(queue.clone()));
+        (
+            Self {
+                queue,
+                _open: open,
+                metrics,
+            },
+            publisher,
+        )
     }
 
     /// Queues one event about `reference`; never waits.
@@ -91,13 +115,53 @@ impl Events {
             action: action.to_string(),
             secondary: None,
         };
+        let key = (
+            reference.namespace.clone(),
+            reference.name.clone(),
+            reason.to_string(),
+        );
         let pending = Pending {
             reference: reference.clone(),
             event,
         };
-        if self.tx.try_send(pending).is_err() {
-            self.metrics.event("dropped");
+        match self.queue.push(key, pending) {
+            Pushed::Queued => {}
+            Pushed::Delayed => self.metrics.event("delayed"),
+            Pushed::Replaced => self.metrics.event("replaced"),
         }
+    }
+}
+
+/// Publishes one event, trying again while the failure is one that passes.
+async fn send(recorder: &Recorder, p: &Pending, metrics: &Metrics) {
+    let mut wait = FIRST_RETRY;
+    for attempt in 1..=TRIES {
+        match recorder.publish(&p.event, &p.reference).await {
+            Ok(()) => {
+                metrics.event("published");
+                return;
+            }
+            Err(e) if attempt < TRIES && passes(&e) => {
+                metrics.event("retried");
+                tokio::time::sleep(wait).await;
+                wait *= 2;
+            }
+            Err(e) => {
+                metrics.event("failed");
+                warn!(error = %e, reason = %p.event.reason, "could not publish event");
+                return;
+            }
+        }
+    }
+}
+
+/// Whether a failed publish may succeed when tried again: the server was
+/// busy or unreachable, not refusing this event.
+fn passes(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
     }
 }
 

@@ -99,11 +99,10 @@ pub async fn add(ctx: &Context, ms: &ModelService, patch: json_patch::Patch) -> 
         )
         .await
         .map_err(|e| Error::Finalizer(Box::new(finalizer::Error::AddFinalizer(e))))?;
-    ctx.finalized.record(
-        &recent::key_of(ms),
-        patched.metadata.resource_version.as_deref(),
-        (),
-    );
+    let key = recent::key_of(ms);
+    let rv = patched.metadata.resource_version.as_deref();
+    ctx.finalized.record(&key, rv, ());
+    ctx.echoes.wrote(&key, rv);
     Ok(())
 }
 

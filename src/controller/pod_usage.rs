@@ -1,12 +1,11 @@
-//! Pods as the surge read decodes them: where each runs and what it asks
-//! for, nothing else.
+//! Pods as the GPU ledger decodes them (see `gpu_ledger`): which pod, where
+//! it runs and what it asks for, nothing else.
 //!
-//! A rollout with `surge: Auto` lists the pods of the whole cluster, a page
-//! of 500 at a time. Decoded as `Pod`, every env var, volume, probe and
-//! status of 500 pods was allocated at once, to sum a handful of resource
-//! requests per node: at 1,000 ModelServices that read set the operator's
-//! peak memory (BENCHMARKS.md). Here the rest of each pod is skipped while
-//! decoding.
+//! The ledger watches the pods of the whole cluster. Decoded as `Pod`, every
+//! env var, volume, probe and status of every pod event was allocated, to
+//! sum a handful of resource requests per node: at 1,000 ModelServices the
+//! paged list this replaced set the operator's peak memory (BENCHMARKS.md).
+//! Here the rest of each pod is skipped while decoding.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -17,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use serde::{Deserialize, Deserializer};
 
-/// A pod with only its node, phase, containers' resources (and init
+/// A pod with only its name, namespace, resourceVersion, node, phase, containers' resources (and init
 /// containers' restart policy) and overhead set.
 #[derive(Clone, Debug, Default)]
 pub struct UsagePod(pub Pod);
@@ -49,9 +48,20 @@ impl Resource for UsagePod {
 #[derive(Deserialize, Default)]
 struct Wire {
     #[serde(default)]
+    metadata: MetaWire,
+    #[serde(default)]
     spec: SpecWire,
     #[serde(default)]
     status: StatusWire,
+}
+
+/// Which pod, and the resourceVersion a watch resumes from.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct MetaWire {
+    name: Option<String>,
+    namespace: Option<String>,
+    resource_version: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -97,7 +107,12 @@ impl<'de> Deserialize<'de> for UsagePod {
             .map(ContainerWire::slim)
             .collect();
         Ok(UsagePod(Pod {
-            metadata: ObjectMeta::default(),
+            metadata: ObjectMeta {
+                name: w.metadata.name,
+                namespace: w.metadata.namespace,
+                resource_version: w.metadata.resource_version,
+                ..ObjectMeta::default()
+            },
             spec: Some(PodSpec {
                 node_name: w.spec.node_name,
                 containers: w

@@ -125,7 +125,9 @@ pub async fn report(
         }
         Err(e) => return Err(status.error(e)),
     };
-    record(ctx, &key, written.metadata.resource_version.as_deref(), new);
+    let rv = written.metadata.resource_version.as_deref();
+    record(ctx, &key, rv, new);
+    ctx.echoes.wrote(&key, rv);
     for a in news {
         ctx.events
             .publish(reference, a.type_, &a.reason, a.action, a.note);

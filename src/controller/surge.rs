@@ -5,13 +5,13 @@
 //! The decision is looked for where it costs nothing first: our own recent
 //! decision (the cache may not show our write yet), then the cached
 //! Deployment's annotation, then the cached Deployment's fingerprint. Only a
-//! pod template that really changes on an existing Deployment reads the
-//! cluster: one node list and one pod list, paged, nothing watched, so a
-//! settled operator pays nothing for this feature. Rollouts that start
-//! within `--surge-read-window` of one read share it, each surge reserving
-//! its GPUs in it: a change that rolls out a thousand models reads the
-//! cluster a few times, not a thousand times (each read is of every pod in
-//! the cluster).
+//! pod template that really changes on an existing Deployment takes the
+//! cluster's free GPUs, from the ledger (`gpu_ledger`: nodes and pods
+//! watched from the first such rollout on, reduced to per-node sums), at a
+//! cost of O(nodes). Rollouts that start within `--surge-read-window` of one
+//! view share it, each surge reserving its GPUs in it until the ledger has
+//! seen the surge pods: a change that rolls out a thousand models cannot
+//! give one free GPU to each.
 //!
 //! The decision is a prediction, and the scheduler is the truth: while a
 //! surge is in force, our pods are judged against it (`core::refutation`,
@@ -28,10 +28,7 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 
-use super::pod_usage::UsagePod;
-use kube::api::ListParams;
-use kube::{Api, Resource};
-use serde::de::DeserializeOwned;
+use kube::Resource;
 use serde_json::Value;
 use tracing::info;
 
@@ -52,22 +49,18 @@ use crate::core::subset::is_subset;
 use crate::core::surge::{self, Decision, Demand, Plan, Seen};
 use crate::core::tracks::CANARY;
 
-/// Pods that hold their resources: a finished pod's are free again.
-pub const ACTIVE_PODS: &str = "status.phase!=Succeeded,status.phase!=Failed";
-
-/// Items per list page: a large cluster's pods are read a page at a time and
-/// reduced to per-node sums, never held all at once.
-const PAGE: u32 = 500;
-
 /// What this process remembers for its surge decisions (in `Context`).
 #[derive(Default)]
 pub struct Memory {
     /// Decisions we applied, until the Deployment cache shows them.
     recent: Recent<Decision>,
-    /// The last read of the cluster, shared by the decisions that follow it.
+    /// The last view of the cluster, shared by the decisions that follow it.
     /// Behind an async lock, so that concurrent rollout starts wait for one
     /// read instead of each making their own.
     read: tokio::sync::Mutex<Option<Read>>,
+    /// The cluster's nodes and what their pods hold, watched once a
+    /// decision first needs them.
+    ledger: Arc<super::gpu_ledger::Ledger>,
 }
 
 impl Memory {
@@ -321,69 +314,28 @@ async fn decide(ctx: &Context, template: &str, demand: &Demand<'_>) -> Decision 
     }
 }
 
-/// One node list and one paged pod list, the pods reduced to per-node sums.
+/// The ledger's view of the cluster (see `gpu_ledger`): O(nodes), no
+/// request once its watches run.
 async fn read(ctx: &Context, resource: &str) -> Result<Read, String> {
     let at = Instant::now();
     let wall = Timestamp::now();
-    let mut nodes: Vec<Node> = Vec::new();
-    each_page(ctx, ListParams::default(), |page| {
-        nodes.extend(page.into_iter().map(surge::slim));
-    })
-    .await
-    .map_err(|why| format!("listing nodes: {why}"))?;
-    let mut used = BTreeMap::new();
-    let mut pods = 0usize;
-    let active = ListParams::default().fields(ACTIVE_PODS);
-    each_page::<UsagePod>(ctx, active, |page| {
-        pods += page.len();
-        surge::add_usage(&mut used, page.iter().map(|p| &p.0), resource);
-    })
-    .await
-    .map_err(|why| format!("listing pods: {why}"))?;
-    info!(
-        nodes = nodes.len(),
-        pods,
-        took_ms = at.elapsed().as_millis() as u64,
-        "read the cluster's free GPUs for a rollout"
+    let view = ctx
+        .surge
+        .ledger
+        .snapshot(&ctx.client, &ctx.metrics, resource)
+        .await?;
+    tracing::debug!(
+        nodes = view.nodes.len(),
+        pods = view.pods,
+        "took the cluster's free GPUs for a rollout"
     );
     Ok(Read {
         at,
         wall,
         resource: resource.to_string(),
-        nodes,
-        used,
+        nodes: view.nodes,
+        used: view.used,
     })
-}
-
-/// A cluster-wide list, handed to `each` one page at a time.
-async fn each_page<K>(
-    ctx: &Context,
-    lp: ListParams,
-    mut each: impl FnMut(Vec<K>),
-) -> Result<(), String>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
-{
-    let api: Api<K> = Api::all(ctx.client.clone());
-    let mut lp = lp.limit(PAGE);
-    loop {
-        let page = api.list(&lp).await.map_err(|e| describe(&e))?;
-        let token = page.metadata.continue_.filter(|t| !t.is_empty());
-        each(page.items);
-        match token {
-            Some(token) => lp = lp.continue_token(&token),
-            None => return Ok(()),
-        }
-    }
-}
-
-/// A failed read, for the message: the API server's own words when it
-/// answered (a 403 names the missing permission).
-fn describe(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => format!("{} {}: {}", s.code, s.reason, s.message),
-        other => other.to_string(),
-    }
 }
 
 /// Whether applying `desired` changes the cached Deployment's pod template.

@@ -390,7 +390,7 @@ pub fn unreadable(template: &str, demand: &Demand<'_>, why: &str) -> Decision {
     Decision::replace(
         template,
         format!(
-            "replacing: the free {} could not be read ({why}); surging needs list on nodes and pods at the cluster scope",
+            "replacing: the free {} could not be read ({why}); surging needs list and watch on nodes and pods at the cluster scope",
             demand.resource
         ),
     )

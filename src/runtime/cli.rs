@@ -79,6 +79,10 @@ pub struct RunArgs {
     #[arg(long, env = "CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub concurrency: u16,
 
+    /// Events kept in order on their way to the API server; past this, further events wait, one per object and reason, and are never dropped (1-100000).
+    #[arg(long, env = "EVENTS_QUEUE", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub events_queue: u32,
+
     /// How often a settled ModelService is reconciled anyway, as a safety net (e.g. 5m).
     #[arg(long, env = "RESYNC_PERIOD", default_value = "5m", value_parser = parse_positive_duration)]
     pub resync_period: Duration,

@@ -112,6 +112,19 @@ fn forget_deleted(
     }
 }
 
+/// A watch's objects without our own writes coming back (see
+/// `controller::echoes`): the caches took them, no reconcile needs them.
+fn without_echoes<K, S>(
+    stream: S,
+    ctx: Arc<Context>,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send
+where
+    S: futures::Stream<Item = Result<K, watcher::Error>> + Send,
+    K: Resource<DynamicType = ()> + Send,
+{
+    stream.filter(move |item| futures::future::ready(!matches!(item, Ok(o) if ctx.echoes.of(o))))
+}
+
 /// Gives the Controller one watch per row of the child table: an optional
 /// kind's watch runs only while its API is served.
 struct OwnedWatches<'a> {
@@ -119,7 +132,7 @@ struct OwnedWatches<'a> {
     client: &'a Client,
     namespace: Option<&'a str>,
     metrics: &'a Arc<Metrics>,
-    stores: &'a Stores,
+    ctx: &'a Arc<Context>,
 }
 
 impl ForEachWriter for OwnedWatches<'_> {
@@ -133,19 +146,24 @@ impl ForEachWriter for OwnedWatches<'_> {
         };
         let api = api::<Cached<C>>(self.client, self.namespace);
         let metrics = self.metrics.clone();
+        let ctx = self.ctx.clone();
         self.controller = Some(if C::OPTIONAL {
-            let cache = C::cache(self.stores).clone();
+            let cache = C::cache(&self.ctx.stores).clone();
             let available = cache.availability();
             let gone = move || {
                 if cache.refute() {
                     tracing::warn!(kind = %C::Object::kind(&()), "optional API gone: its watch answered 404");
                 }
             };
-            controller.owns_stream(watches::gated_child_watch(
-                api, available, gone, writer, fresh, metrics,
+            controller.owns_stream(without_echoes(
+                watches::gated_child_watch(api, available, gone, writer, fresh, metrics),
+                ctx,
             ))
         } else {
-            controller.owns_stream(watches::child_watch(api, writer, fresh, metrics))
+            controller.owns_stream(without_echoes(
+                watches::child_watch(api, writer, fresh, metrics),
+                ctx,
+            ))
         });
     }
 }
@@ -244,7 +262,12 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
         controller: FIELD_MANAGER.into(),
         instance: cfg.reporter_instance.clone(),
     };
-    let (events, publisher) = Events::new(client.clone(), reporter, metrics.clone());
+    let (events, publisher) = Events::new(
+        client.clone(),
+        reporter,
+        metrics.clone(),
+        cfg.controller.events_queue,
+    );
     let publisher = tokio::spawn(publisher);
     let ctx = Arc::new(Context::new(
         client.clone(),
@@ -267,6 +290,7 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
     )
     .inspect(forget_deleted(ctx.clone()))
     .applied_objects();
+    let ms_stream = without_echoes(ms_stream, ctx.clone());
 
     let acquired = election.as_ref().map(|e| e.acquired.clone());
     let leader_trigger = futures::stream::unfold(acquired, |rx| async move {
@@ -291,7 +315,7 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
         client: &client,
         namespace: ns,
         metrics: &metrics,
-        stores: &ctx.stores,
+        ctx: &ctx,
     };
     let pod_writer = writers.each(&ctx.stores, &mut owned);
     let Some(controller) = owned.controller else {

@@ -103,3 +103,55 @@ async fn an_image_pull_failure_is_named_and_clears_when_fixed() {
     }
     env.finish().await;
 }
+
+/// A burst that outruns the API server: event creates are held while a
+/// dozen models announce their cause, so the events queue fills past its
+/// bound (2 here; 1,000 by default); once the server takes events again,
+/// every model has its announcement, exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_events_queue_delays_announcements_and_loses_none() {
+    if !needs_fake("a_full_events_queue_delays_announcements_and_loses_none") {
+        return;
+    }
+    const MODELS: usize = 12;
+    let env = Env::new().await;
+    let fake = env.fake();
+    fake.hold(fake_apiserver::Verb::Create, "events");
+    let op = env.operator().arg("--events-queue").arg("2").start();
+    let names: Vec<String> = (0..MODELS).map(|i| format!("burst{i:02}")).collect();
+    futures::future::join_all(names.iter().map(|n| {
+        env.apply_ms(
+            n,
+            json!({"model": "meta-llama/Llama-3.1-405B-Instruct", "image": serving_image(), "gpus": 16}),
+        )
+    }))
+    .await;
+    for n in &names {
+        wait_ms(&env, n, "InsufficientGPU", CONVERGE, |ms| {
+            condition(ms, "Degraded") == Some(("True".into(), "InsufficientGPU".into()))
+        })
+        .await;
+    }
+    // 4 publishers hold one event each, 2 are in line: the rest wait.
+    let delayed = r#"modelservice_events_total{result="delayed"}"#;
+    wait_for("the queue to overflow", CONVERGE, || async {
+        (op.metric(delayed).unwrap_or(0.0) >= (MODELS - 6) as f64).then_some(())
+    })
+    .await;
+    fake.release(fake_apiserver::Verb::Create, "events");
+    let published = r#"modelservice_events_total{result="published"}"#;
+    wait_for("every announcement published", CONVERGE, || async {
+        (op.metric(published).unwrap_or(0.0) >= MODELS as f64).then_some(())
+    })
+    .await;
+    // Later reconciles announce nothing again.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    for n in &names {
+        assert_eq!(
+            warnings(&env, n, "InsufficientGPU").await,
+            1,
+            "{n}: one Event for its cause, however full the queue was"
+        );
+    }
+    env.finish().await;
+}

@@ -153,24 +153,26 @@ templates/crd-rbac.yaml.
 
 {{/*
 capacityRules: Free GPUs, for rollout.surge Auto: all nodes and the pods of
-every namespace, listed once when a rollout starts (never watched or cached). A
-ClusterRole even for an operator that watches one namespace: nodes are
-cluster-scoped and other namespaces' pods hold GPUs too. Without it, rollouts
-replace and say why. Included by templates/capacity-rbac.yaml.
+every namespace, watched from the first rollout that needs free GPUs on, each
+pod reduced to its node and its GPU requests. A ClusterRole even for an operator
+that watches one namespace: nodes are cluster-scoped and other namespaces' pods
+hold GPUs too. Without it, rollouts replace and say why. Included by
+templates/capacity-rbac.yaml.
 */}}
 {{- define "modelservice-operator.capacityRules" -}}
 # rollout.surge Auto: which nodes take the pods (Ready, schedulable, labels for
-# nodeSelector, taints for tolerations) and their allocatable GPUs, once per
-# rollout start.
+# nodeSelector, taints for tolerations) and their allocatable GPUs; watched from
+# the first rollout that needs them.
 - apiGroups: [""]
   resources: ["nodes"]
-  verbs: ["list"]
+  verbs: ["list", "watch"]
 # rollout.surge Auto: what the running pods of every namespace request of the
 # GPU resource, per node (fieldSelector
-# status.phase!=Succeeded,status.phase!=Failed), once per rollout start.
+# status.phase!=Succeeded,status.phase!=Failed); watched from the first rollout
+# that needs them, so a decision costs O(nodes), not O(pods).
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list"]
+  verbs: ["list", "watch"]
 {{- end }}
 
 {{/*

@@ -57,3 +57,31 @@ impl Outage {
         until.is_some_and(|u| tokio::time::Instant::now() < u)
     }
 }
+
+/// Requests of one verb on one resource held until released, the rest
+/// served: an API server slow at one thing (event creates under a burst,
+/// say) while the test's own reads go on.
+#[derive(Default)]
+pub(crate) struct Holds {
+    held: watch::Sender<Vec<(crate::counts::Verb, String)>>,
+}
+
+impl Holds {
+    pub fn hold(&self, verb: crate::counts::Verb, resource: &str) {
+        self.held
+            .send_modify(|h| h.push((verb, resource.to_string())));
+    }
+
+    pub fn release(&self, verb: crate::counts::Verb, resource: &str) {
+        self.held
+            .send_modify(|h| h.retain(|(v, r)| !(*v == verb && r == resource)));
+    }
+
+    /// Returns at once unless such requests are held, else when released.
+    pub async fn wait_released(&self, verb: crate::counts::Verb, resource: &str) {
+        let mut rx = self.held.subscribe();
+        let _ = rx
+            .wait_for(|h| !h.iter().any(|(v, r)| *v == verb && r == resource))
+            .await;
+    }
+}

@@ -8,7 +8,7 @@ use axum::Router;
 use serde_json::Value;
 use tokio::sync::{Notify, broadcast};
 
-use crate::counts::RequestCounts;
+use crate::counts::{RequestCounts, Verb};
 use crate::faults::FailRule;
 use crate::resources::{Converter, ResKey, ResourceInfo, default_resources};
 use crate::shared::Shared;
@@ -222,6 +222,16 @@ impl FakeApiServer {
 
     pub fn resume(&self) {
         self.shared().gate.resume();
+    }
+
+    /// Holds every request of `verb` on `resource` (a plural, with its
+    /// subresource) until [`Self::release`]; everything else is served.
+    pub fn hold(&self, verb: Verb, resource: &str) {
+        self.shared().holds.hold(verb, resource);
+    }
+
+    pub fn release(&self, verb: Verb, resource: &str) {
+        self.shared().holds.release(verb, resource);
     }
 
     /// Like an API server restart, as `../shared/k8s/restart kube-apiserver`

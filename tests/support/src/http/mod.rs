@@ -185,6 +185,7 @@ async fn handle(
         shared.tcp_counter.record(verb, &label);
     }
     shared.gate.wait_resumed().await;
+    shared.holds.wait_released(verb, &label).await;
 
     let info = {
         let store = shared.lock();
