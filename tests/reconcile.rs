@@ -857,6 +857,64 @@ async fn a_new_pod_template_reads_the_cluster_once_and_later_reconciles_reuse_th
     assert_eq!(node_lists(&w), 1, "decided once per template");
 }
 
+/// The bug (issue 36): each view of the free GPUs listed every pod of the
+/// cluster, and a view lasted `--surge-read-window`, so a rollout of 10,000
+/// models listed the cluster 407 times. Now the pods are watched: a pod
+/// that takes the last GPUs is seen without another list, however much
+/// later the next rollout starts.
+#[tokio::test]
+async fn later_rollouts_see_new_pods_through_the_watch_without_another_list() {
+    let w = world_with(
+        true,
+        ControllerConfig {
+            status_pace: std::time::Duration::ZERO,
+            // Every decision takes a new view: no sharing hides a list.
+            surge_read_window: std::time::Duration::ZERO,
+            ..ControllerConfig::default()
+        },
+    )
+    .await;
+    node(&w, "gpu-1", "2").await;
+    for name in ["a", "b"] {
+        w.reconcile(w.create(name, surge_spec("vllm/vllm-openai:v0.8.5")).await)
+            .await;
+    }
+    let w = w.synced().await;
+    let pod_lists = || w._fake.counts().get(fake_apiserver::Verb::List, "pods");
+    let before = pod_lists();
+    w.reconcile(w.create("a", surge_spec("vllm/vllm-openai:v0.9.0")).await)
+        .await;
+    let a = w.api::<Deployment>().get("a").await.expect("Deployment");
+    assert!(decision(&a).expect("a decision").surge, "2 free GPUs");
+    // Someone else's pods take both GPUs.
+    w.api::<k8s_openapi::api::core::v1::Pod>()
+        .create(
+            &Default::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "other"},
+                "spec": {"nodeName": "gpu-1", "containers": [{"name": "c", "image": "i",
+                    "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}))
+            .expect("pod"),
+        )
+        .await
+        .expect("create pod");
+    for _ in 0..100 {
+        if w.ctx.surge.held_on("gpu-1", "nvidia.com/gpu") == 2000 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    w.reconcile(w.create("b", surge_spec("vllm/vllm-openai:v0.9.0")).await)
+        .await;
+    let b = w.api::<Deployment>().get("b").await.expect("Deployment");
+    let d = decision(&b).expect("a decision");
+    assert!(!d.surge, "the watch showed the GPUs taken: {}", d.message);
+    assert_eq!(
+        (node_lists(&w), pod_lists() - before),
+        (1, 1),
+        "one list of each, when the first decision started the watches"
+    );
+}
+
 #[tokio::test]
 async fn an_unreadable_cluster_means_replace_and_the_reconcile_goes_on() {
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;

@@ -308,6 +308,14 @@ impl Backend {
         else {
             return;
         };
+        // MODELSERVICE_BENCH_KEEP=1 leaves the namespace as it is: at
+        // N = 10,000 its deletion (10,000 Deployments through the garbage
+        // collector) takes longer than the runs; start a fresh cluster
+        // between runs instead.
+        if std::env::var_os("MODELSERVICE_BENCH_KEEP").is_some() {
+            println!("(namespace {namespace} kept: MODELSERVICE_BENCH_KEEP)");
+            return;
+        }
         // Without an operator (the bare runs), a finalizer would hold the
         // namespace in Terminating: the bare client adds none, but strip any
         // (another operator on the cluster may have added one).

@@ -2,14 +2,20 @@
 //! server, or with `MODELSERVICE_E2E=1` against the cluster of the current
 //! kubeconfig.
 //!
-//! `cargo bench --bench convergence -- [--n 100,1000,5000] [--concurrency 16]
+//! `cargo bench --bench convergence -- [--n 100,1000,5000] [--concurrency 32]
 //! [--runs 2] [--variant gpu,nogpu] [--idle SECONDS] [--quick]`
 //!
 //! At scale, on a cluster: `MODELSERVICE_E2E=1 cargo bench --bench
 //! convergence -- --n 10000 --variant gpu --runs 1` (a cold phase takes up to
 //! ~10 minutes there, a rollout ~6; the harness's waits grow with N: see
 //! `converge_limit`, `settle_limit` and the namespace clean-up in
-//! `backend.rs`).
+//! `backend.rs`). Environment: `MODELSERVICE_BENCH_BEFORE=WRAPPER` adds a
+//! run of the previous build (a script that starts it) after each
+//! operator and bare run, with a row of its own in the summary;
+//! `MODELSERVICE_BENCH_ONLY=operator|bare` runs one of the two;
+//! `MODELSERVICE_BENCH_KEEP=1` leaves each namespace instead of deleting it
+//! (at N = 10,000 the deletion outlasts the run: start a fresh cluster
+//! between invocations instead).
 //!
 //! For each N (and, on a cluster, each variant: `gpu`, 1 GPU per
 //! ModelService, or `nogpu`, whose pods run) it runs the operator and the
@@ -62,12 +68,14 @@ struct Operator {
 }
 
 impl Operator {
-    fn start(kubeconfig: Option<&Path>, namespace: &str, concurrency: u16) -> Operator {
+    fn start(
+        kubeconfig: Option<&Path>,
+        namespace: &str,
+        concurrency: u16,
+        wrapper: &str,
+    ) -> Operator {
         let port = free_port();
         let binary = env!("CARGO_BIN_EXE_modelservice-operator");
-        // MODELSERVICE_BENCH_WRAPPER runs the operator under a profiler, e.g.
-        // "valgrind --tool=massif --massif-out-file=/tmp/massif.%p.out".
-        let wrapper = std::env::var("MODELSERVICE_BENCH_WRAPPER").unwrap_or_default();
         let mut words = wrapper.split_whitespace();
         let mut command = match words.next() {
             Some(program) => {
@@ -154,7 +162,15 @@ fn converge_limit(n: usize) -> Duration {
 
 /// How long `settle` waits at most for the operator's writes to stop: 60 s,
 /// or 20 ms per ModelService beyond that (200 s at N = 10,000).
+/// `MODELSERVICE_BENCH_SETTLE=SECONDS` sets it (a shorter run at N = 10,000,
+/// where the control plane is still at work when the operator is done).
 fn settle_limit(n: usize) -> Duration {
+    if let Some(s) = std::env::var("MODELSERVICE_BENCH_SETTLE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        return Duration::from_secs(s);
+    }
     Duration::from_secs(60).max(Duration::from_millis(20) * n as u32)
 }
 
@@ -555,9 +571,31 @@ async fn phase(
 }
 
 /// All phases of one operator run; None if it could not run or converge.
-async fn run_operator(run: usize, n: usize, variant: Variant, o: &Opts) -> Option<OpRun> {
+/// MODELSERVICE_BENCH_WRAPPER runs the operator under a profiler, e.g.
+/// "valgrind --tool=massif --massif-out-file=/tmp/massif.%p.out", or a
+/// script that runs another build instead.
+fn wrapper() -> String {
+    std::env::var("MODELSERVICE_BENCH_WRAPPER").unwrap_or_default()
+}
+
+/// MODELSERVICE_BENCH_BEFORE: a wrapper (as above) that runs the previous
+/// build; each run then measures it too, interleaved with this one and the
+/// bare writes, and the summary has a row for it.
+fn before_wrapper() -> Option<String> {
+    std::env::var("MODELSERVICE_BENCH_BEFORE")
+        .ok()
+        .filter(|w| !w.trim().is_empty())
+}
+
+async fn run_operator(
+    run: usize,
+    n: usize,
+    variant: Variant,
+    o: &Opts,
+    wrapper: &str,
+) -> Option<OpRun> {
     let b = Backend::new(run, variant).await?;
-    let op = Operator::start(b.kubeconfig(), b.namespace(), o.concurrency);
+    let op = Operator::start(b.kubeconfig(), b.namespace(), o.concurrency, wrapper);
     let out = operator_phases(&b, &op, n, o).await;
     // The operator removes its finalizers while the namespace goes.
     b.finish().await;
@@ -730,7 +768,7 @@ async fn latency(run: usize, samples: usize, variant: Variant) {
     let Some(b) = Backend::new(run, variant).await else {
         return;
     };
-    let op = Operator::start(b.kubeconfig(), b.namespace(), 16);
+    let op = Operator::start(b.kubeconfig(), b.namespace(), 16, &wrapper());
     if !op.ready().await {
         return b.finish().await;
     }
@@ -793,7 +831,7 @@ impl Opts {
             .collect();
         let concurrency = value("--concurrency")
             .and_then(|c| c.parse().ok())
-            .unwrap_or(16);
+            .unwrap_or(32);
         let variants = if cluster {
             let v: Vec<Variant> = value("--variant")
                 .unwrap_or_else(|| "gpu,nogpu".into())
@@ -894,7 +932,28 @@ fn latency_cell<'a>(runs: impl Iterator<Item = &'a Option<CreateToDeployment>>) 
 }
 
 /// The summary row of one (N, variant): the operator, then bare writes.
-fn summary_rows(n: usize, variant: Variant, ops: &[OpRun], bares: &[BareRun], cluster: bool) {
+fn summary_rows(
+    n: usize,
+    variant: Variant,
+    ops: &[OpRun],
+    bares: &[BareRun],
+    cluster: bool,
+    client: &str,
+) {
+    operator_row(n, variant, ops, bares, cluster, client);
+    bare_row(n, variant, bares);
+}
+
+/// One operator build's row: medians over its runs, ratios to the bare
+/// writes' medians.
+fn operator_row(
+    n: usize,
+    variant: Variant,
+    ops: &[OpRun],
+    bares: &[BareRun],
+    cluster: bool,
+    client: &str,
+) {
     let pick = |f: fn(&OpRun) -> f64| ops.iter().map(f).collect::<Vec<f64>>();
     let (cold, rollout) = (pick(|r| r.cold), pick(|r| r.rollout));
     let bare_cold: Vec<f64> = bares.iter().map(|b| b.cold).collect();
@@ -938,7 +997,7 @@ fn summary_rows(n: usize, variant: Variant, ops: &[OpRun], bares: &[BareRun], cl
         String::new()
     };
     println!(
-        "| {n} | {} | operator | {} | {x_cold:.2}× {} | {} | {} | {x_rollout:.2}× {} | {req:.2} {} ({req_conv:.2} until converged) | {:.2} | {rec} | {idle:.0} {} | {:.1} MiB{rss_target} | {client_go} |",
+        "| {n} | {} | {client} | {} | {x_cold:.2}× {} | {} | {} | {x_rollout:.2}× {} | {req:.2} {} ({req_conv:.2} until converged) | {:.2} | {rec} | {idle:.0} {} | {:.1} MiB{rss_target} | {client_go} |",
         variant.name(),
         secs(&cold),
         mark_target(x_cold <= 1.3),
@@ -950,6 +1009,12 @@ fn summary_rows(n: usize, variant: Variant, ops: &[OpRun], bares: &[BareRun], cl
         mark_target(idle == 0.0),
         peak / 1024.0 / 1024.0,
     );
+}
+
+/// The bare writes' row.
+fn bare_row(n: usize, variant: Variant, bares: &[BareRun]) {
+    let bare_cold: Vec<f64> = bares.iter().map(|b| b.cold).collect();
+    let bare_rollout: Vec<f64> = bares.iter().map(|b| b.rollout).collect();
     println!(
         "| {n} | {} | bare writes ({} in flight) | {} | 1 | {} | {} | 1 | 3 (cold) | 3 | – | – | – | – |",
         variant.name(),
@@ -981,19 +1046,25 @@ fn main() {
         let mut agree_all = true;
         for &n in &o.ns {
             for &variant in &o.variants {
-                let (mut ops, mut bares) = (Vec::new(), Vec::new());
+                let (mut ops, mut bares, mut befores) = (Vec::new(), Vec::new(), Vec::new());
                 for k in 1..=o.runs {
                     run += 1;
+                    let only = std::env::var("MODELSERVICE_BENCH_ONLY").unwrap_or_default();
+                    if only != "bare" {
                     println!();
                     println!("### N={n}, {}, run {k}: the operator", variant.name());
-                    match run_operator(run, n, variant, &o).await {
+                    match run_operator(run, n, variant, &o, &wrapper()).await {
                         Some(r) => {
                             agree_all &= r.agree;
                             ops.push(r);
                         }
                         None => eprintln!("N={n} {} run {k}: the operator run failed", variant.name()),
                     }
+                    }
                     run += 1;
+                    if only == "operator" {
+                        continue;
+                    }
                     println!();
                     println!("### N={n}, {}, run {k}: bare writes", variant.name());
                     match run_bare(run, n, variant).await {
@@ -1003,8 +1074,17 @@ fn main() {
                         }
                         None => eprintln!("N={n} {} run {k}: the bare run failed", variant.name()),
                     }
+                    if let Some(before) = before_wrapper() {
+                        run += 1;
+                        println!();
+                        println!("### N={n}, {}, run {k}: the operator before (MODELSERVICE_BENCH_BEFORE)", variant.name());
+                        match run_operator(run, n, variant, &o, &before).await {
+                            Some(r) => befores.push(r),
+                            None => eprintln!("N={n} {} run {k}: the before run failed", variant.name()),
+                        }
+                    }
                 }
-                results.push((n, variant, ops, bares));
+                results.push((n, variant, ops, bares, befores));
             }
         }
         println!();
@@ -1026,12 +1106,15 @@ fn main() {
             o.idle.as_secs()
         );
         println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-        for (n, variant, ops, bares) in &results {
+        for (n, variant, ops, bares, befores) in &results {
             if ops.is_empty() || bares.is_empty() {
                 println!("| {n} | {} | (a run failed, see above) |", variant.name());
                 continue;
             }
-            summary_rows(*n, *variant, ops, bares, cluster);
+            summary_rows(*n, *variant, ops, bares, cluster, "operator");
+            if !befores.is_empty() {
+                operator_row(*n, *variant, befores, bares, cluster, "operator before");
+            }
         }
         if cluster {
             println!();
@@ -1057,7 +1140,7 @@ fn main() {
             println!();
             println!("| N | operator cold (from first create) | 4-write client from first create | 5-write client from first create | operator ÷ 4-write | operator ÷ 5-write |");
             println!("|---|---|---|---|---|---|");
-            for ((n, _, ops, _), (four, five)) in results.iter().zip(&baselines) {
+            for ((n, _, ops, _, _), (four, five)) in results.iter().zip(&baselines) {
                 if ops.is_empty() {
                     continue;
                 }

@@ -656,10 +656,11 @@ async fn apply_one<C: Child>(
 /// Fails with a conflict unless the object named like `desired` is ours to
 /// write: controlled by the owner `desired` names, or absent. The caches
 /// hold only objects we labelled, so one they lack may still exist (made by
-/// someone else, or by us a moment ago): it is looked up. Costs one GET per
-/// child the operator is about to create, or that the cache has not caught
-/// up with. An object made between that GET and our apply would still be
-/// taken; the window is one round trip.
+/// someone else, or by us a moment ago): its metadata is looked up (a quorum
+/// read: the watch cache could still miss an object made a moment ago).
+/// Costs one GET per child the operator is about to create, or that the
+/// cache has not caught up with. An object made between that GET and our
+/// apply would still be taken; the window is one round trip.
 ///
 /// Our own recent write of that name is no proof it is ours to write: it
 /// may have been another ModelService's child (the canary of `pair` is the
@@ -678,10 +679,12 @@ async fn ensure_ours<C: Child>(
         Some(c) => Some(c.meta().clone()),
         None => {
             let name = desired.meta().name.as_deref().unwrap_or_default();
-            api.get_opt(name)
+            // Metadata only: the owner references are all it needs, and the
+            // API server then encodes no spec.
+            api.get_metadata_opt(name)
                 .await
                 .map_err(|e| Error::kube(format!("looking up {kind} {name}"), e))?
-                .map(|o| o.meta().clone())
+                .map(|o| o.metadata)
         }
     };
     match found.and_then(|m| ownership::check(&kind, &m, owner)) {

@@ -160,6 +160,16 @@ impl Ledger {
         })
     }
 
+    /// What the pods on `node` hold of `resource`, in milli-units.
+    pub fn held_on(&self, node: &str, resource: &str) -> i128 {
+        let s = self.lock();
+        s.used
+            .get(node)
+            .and_then(|r| r.get(resource))
+            .copied()
+            .unwrap_or(0)
+    }
+
     fn start(self: &Arc<Self>, client: &Client, metrics: &Arc<Metrics>) {
         self.started.call_once(|| {
             let nodes = watches::reported(

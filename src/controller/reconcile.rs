@@ -212,8 +212,20 @@ async fn apply_spec(ms: &ModelService, ctx: &Context) -> Result<Action, Error> {
     if let Some(recheck) = acted.recheck {
         next = next.min(recheck);
     }
+    // The object that holds a child's name is not ours, so no watch of ours
+    // sees it go: look again soon.
+    if acted
+        .blocked
+        .as_ref()
+        .is_some_and(|p| p.reason == reasons::CHILD_CONFLICT)
+    {
+        next = next.min(CONFLICT_RECHECK);
+    }
     Ok(Action::requeue(next))
 }
+
+/// How often a name held by someone else is looked at again.
+const CONFLICT_RECHECK: Duration = Duration::from_secs(20);
 
 /// Steps 2 to 4: validate and build (pure), then apply.
 async fn validate_build_apply(

@@ -64,6 +64,12 @@ pub struct Memory {
 }
 
 impl Memory {
+    /// What the ledger counts as held of `resource` on `node`, in
+    /// milli-units (0 before it started).
+    pub fn held_on(&self, node: &str, resource: &str) -> i128 {
+        self.ledger.held_on(node, resource)
+    }
+
     /// Forgets what was remembered of one ModelService (deleted).
     pub fn forget(&self, namespace: &str, name: &str) {
         self.recent.forget(&key(namespace, name));

@@ -76,7 +76,7 @@ pub struct RunArgs {
     pub log_level: Option<String>,
 
     /// Reconciles run at once (1-1000).
-    #[arg(long, env = "CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    #[arg(long, env = "CONCURRENCY", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub concurrency: u16,
 
     /// Events kept in order on their way to the API server; past this, further events wait, one per object and reason, and are never dropped (1-100000).
@@ -416,7 +416,7 @@ mod tests {
         assert_eq!(r.metrics_addr, "0.0.0.0:8080".parse().expect("addr"));
         assert_eq!(r.lease_duration, Duration::from_secs(15));
         assert_eq!(r.resync_period, Duration::from_secs(300));
-        assert_eq!(r.concurrency, 16);
+        assert_eq!(r.concurrency, 32);
         assert_eq!(r.discovery_interval, Duration::from_secs(30));
         assert_eq!(r.surge_grace, Duration::from_secs(10));
         assert_eq!(r.surge_read_window, Duration::from_secs(5));

@@ -114,6 +114,8 @@ fn forget_deleted(
 
 /// A watch's objects without our own writes coming back (see
 /// `controller::echoes`): the caches took them, no reconcile needs them.
+/// Every object also ends the stand-ins of our writes it already holds
+/// (`Context::caught_up`).
 fn without_echoes<K, S>(
     stream: S,
     ctx: Arc<Context>,
@@ -122,7 +124,12 @@ where
     S: futures::Stream<Item = Result<K, watcher::Error>> + Send,
     K: Resource<DynamicType = ()> + Send,
 {
-    stream.filter(move |item| futures::future::ready(!matches!(item, Ok(o) if ctx.echoes.of(o))))
+    stream.filter(move |item| {
+        if let Ok(o) = item {
+            ctx.caught_up(o);
+        }
+        futures::future::ready(!matches!(item, Ok(o) if ctx.echoes.of(o)))
+    })
 }
 
 /// Gives the Controller one watch per row of the child table: an optional
