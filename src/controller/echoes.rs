@@ -10,7 +10,12 @@
 //! caches still take it). Anyone else's change, even of the same object a
 //! moment later, has another resourceVersion and starts a reconcile as
 //! before. Only a write's own response is remembered here, never a version
-//! read back: that one may carry someone else's change.
+//! read back: that one may carry someone else's change. A ModelService
+//! write's response is remembered only when its generation is the one the
+//! reconcile acted on: a status patch goes through whatever spec was stored
+//! meanwhile, and after a watch outage the relist shows only the latest
+//! version, so taking it for our echo would leave the new spec unreconciled
+//! (found by the outage scenario on the real control plane).
 
 use std::collections::HashMap;
 use std::sync::Mutex;

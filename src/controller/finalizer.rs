@@ -102,7 +102,9 @@ pub async fn add(ctx: &Context, ms: &ModelService, patch: json_patch::Patch) -> 
     let key = recent::key_of(ms);
     let rv = patched.metadata.resource_version.as_deref();
     ctx.finalized.record(&key, rv, ());
-    ctx.echoes.wrote(&key, rv);
+    if patched.metadata.generation == ms.metadata.generation {
+        ctx.echoes.wrote(&key, rv);
+    }
     Ok(())
 }
 

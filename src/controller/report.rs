@@ -127,7 +127,12 @@ pub async fn report(
     };
     let rv = written.metadata.resource_version.as_deref();
     record(ctx, &key, rv, new);
-    ctx.echoes.wrote(&key, rv);
+    // The response is the whole object: a spec changed since this
+    // reconcile read it is in there too, and must not pass for our echo
+    // (a relist after an outage delivers only the latest version).
+    if written.metadata.generation == ms.metadata.generation {
+        ctx.echoes.wrote(&key, rv);
+    }
     for a in news {
         ctx.events
             .publish(reference, a.type_, &a.reason, a.action, a.note);
