@@ -77,7 +77,10 @@ async fn children_deleted_the_moment_they_appear_are_recreated() {
         let api = api.clone();
         tokio::spawn(async move {
             let mut deleted: HashMap<String, String> = HashMap::new();
-            let mut events = std::pin::pin!(watcher(api.clone(), watcher::Config::default()));
+            let mut events = std::pin::pin!(crate::watching::events(
+                api.clone(),
+                watcher::Config::default()
+            ));
             while let Some(ev) = events.next().await {
                 let Ok(watcher::Event::Apply(d) | watcher::Event::InitApply(d)) = ev else {
                     continue;

@@ -32,4 +32,5 @@ mod steady_state;
 mod surge;
 mod upgrade;
 mod versions;
+mod watching;
 mod weights;

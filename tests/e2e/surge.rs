@@ -128,7 +128,7 @@ impl Recorder {
         let deployments = {
             let (seen, api, config) = (seen.clone(), env.api::<Deployment>(), by_name.clone());
             tokio::spawn(async move {
-                let mut events = std::pin::pin!(watcher(api, config));
+                let mut events = std::pin::pin!(crate::watching::events(api, config));
                 while let Some(ev) = events.next().await {
                     let Ok(watcher::Event::Apply(d) | watcher::Event::InitApply(d)) = ev else {
                         continue;
@@ -163,7 +163,7 @@ impl Recorder {
         let models = {
             let (seen, api) = (seen.clone(), env.api::<ModelService>());
             tokio::spawn(async move {
-                let mut events = std::pin::pin!(watcher(api, by_name));
+                let mut events = std::pin::pin!(crate::watching::events(api, by_name));
                 while let Some(ev) = events.next().await {
                     let Ok(watcher::Event::Apply(ms) | watcher::Event::InitApply(ms)) = ev else {
                         continue;

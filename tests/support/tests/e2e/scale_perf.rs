@@ -22,7 +22,11 @@ async fn load(owners: usize, per_owner: usize) {
     let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = seen.clone();
     let follow = tokio::spawn(
+        // With a backoff: a watch that fails at once (its client gone with
+        // a runtime) would otherwise never yield, and hold the runtime's
+        // shutdown.
         watcher(cms.clone(), watcher::Config::default())
+            .default_backoff()
             .applied_objects()
             .for_each(move |_| {
                 counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
