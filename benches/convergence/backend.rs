@@ -10,7 +10,7 @@ use std::time::Duration;
 use fake_apiserver::{FakeApiServer, RequestCounts};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -20,6 +20,7 @@ use modelservice_operator::runtime::api_requests::CountRequests;
 use serde_json::{Value, json};
 
 use crate::measure::{ApiCounts, Requests, apiserver_requests, requests};
+use crate::tracker::Tracker;
 
 /// What each ModelService asks for.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -58,6 +59,8 @@ pub enum Backend {
         harness: Arc<Metrics>,
         namespace: String,
         variant: Variant,
+        /// The namespace as its watches last told it.
+        tracker: Tracker,
     },
 }
 
@@ -90,11 +93,13 @@ impl Backend {
                 eprintln!("creating namespace {namespace}: {e}");
                 return None;
             }
+            let tracker = Tracker::start(&client, &namespace);
             return Some(Backend::Cluster {
                 client,
                 harness,
                 namespace,
                 variant,
+                tracker,
             });
         }
         let fake = FakeApiServer::start().await;
@@ -227,23 +232,7 @@ impl Backend {
                     && fake.count_objects("apps", "deployments", current) >= n
                     && fake.count_objects("", "services", |_| true) >= n
             }
-            Backend::Cluster {
-                client, namespace, ..
-            } => {
-                let lp = ListParams::default();
-                let count = |items: Vec<Value>, f: &dyn Fn(&Value) -> bool| {
-                    items.iter().filter(|o| f(o)).count()
-                };
-                let ms = list_json::<ModelService>(client, namespace, &lp).await;
-                if count(ms, &observed) < n {
-                    return false;
-                }
-                let deps = list_json::<Deployment>(client, namespace, &lp).await;
-                if count(deps, &current) < n {
-                    return false;
-                }
-                list_json::<Service>(client, namespace, &lp).await.len() >= n
-            }
+            Backend::Cluster { tracker, .. } => tracker.converged(n, generation, arg),
         }
     }
 
@@ -368,26 +357,6 @@ impl Backend {
 /// ModelServices to go: 5 minutes, at N = 10,000 15.
 fn namespace_deletion_limit(objects: usize) -> Duration {
     Duration::from_secs(300).max(Duration::from_millis(90) * objects as u32)
-}
-
-async fn list_json<K>(client: &Client, ns: &str, lp: &ListParams) -> Vec<Value>
-where
-    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + serde::Serialize
-        + std::fmt::Debug,
-{
-    Api::<K>::namespaced(client.clone(), ns)
-        .list(lp)
-        .await
-        .map(|l| {
-            l.items
-                .iter()
-                .filter_map(|o| serde_json::to_value(o).ok())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// The kubeconfig's client, its requests counted by the operator's own

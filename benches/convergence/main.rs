@@ -44,6 +44,7 @@ mod backend;
 mod bare;
 mod measure;
 mod minimal;
+mod tracker;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -179,9 +180,11 @@ fn settle_limit(n: usize) -> Duration {
 async fn wait_converged(b: &Backend, n: usize, generation: i64, arg: &str) -> bool {
     let t = Instant::now();
     let limit = converge_limit(n);
+    // Both look at memory (the fake's store, or the harness's watches of
+    // the cluster: `tracker.rs`), not at the API server.
     let every = match b {
         Backend::Fake { .. } => Duration::from_millis(20),
-        Backend::Cluster { .. } => Duration::from_millis(250),
+        Backend::Cluster { .. } => Duration::from_millis(100),
     };
     while !b.converged(n, generation, arg).await {
         if t.elapsed() > limit {
