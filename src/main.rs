@@ -22,7 +22,20 @@ use modelservice_operator::runtime::{convert_manifests, logging, manifests, rend
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Transparent huge pages off, for this process only. mimalloc asks for
+/// them on its arenas, and where a node's setting is `always` the kernel
+/// gives them unasked; a huge page is resident whole once any byte of it is
+/// touched, and the caches touch their pages sparsely, so the resident size
+/// ran far above the live heap (BENCHMARKS.md, "Ten thousand
+/// ModelServices"). The flag is the process's, so it holds whatever the
+/// node's setting; failing to set it costs memory, never correctness.
+fn without_transparent_huge_pages() {
+    #[cfg(target_os = "linux")]
+    let _ = rustix::thread::disable_transparent_huge_pages(true);
+}
+
 fn main() -> ExitCode {
+    without_transparent_huge_pages();
     let cli = Cli::parse();
     match cli.command {
         Command::Crd => match crd_yaml() {
