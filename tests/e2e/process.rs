@@ -190,3 +190,22 @@ async fn a_missing_crd_is_waited_for_then_reported() {
     );
     assert!(!logs.contains("panicked"), "{logs}");
 }
+
+/// The operator turns transparent huge pages off for itself (see
+/// `src/main.rs`): the kernel says so in the process's status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transparent_huge_pages_are_off_for_the_operator() {
+    let env = Env::new().await;
+    let op = env.operator().start();
+    op.ready().await;
+    let status = std::fs::read_to_string(format!("/proc/{}/status", op.pid())).unwrap_or_default();
+    let Some(line) = status.lines().find(|l| l.starts_with("THP_enabled:")) else {
+        eprintln!(
+            "SKIPPED transparent_huge_pages_are_off_for_the_operator: this kernel does not report THP_enabled"
+        );
+        return;
+    };
+    assert_eq!(line.split_whitespace().nth(1), Some("0"), "{line}");
+    drop(op);
+    env.finish().await;
+}
