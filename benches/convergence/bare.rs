@@ -13,7 +13,9 @@
 //!   patches status (2 writes). Timed from the first spec patch.
 //!
 //! No finalizer is added (the namespace goes without an operator), no
-//! Event is sent, nothing is watched or listed.
+//! Event is sent, nothing is listed, and nothing is watched but what the
+//! operator's runs watch too: the harness's three watches of the namespace
+//! that convergence is judged from (`tracker.rs`).
 
 use std::time::{Duration, Instant};
 
