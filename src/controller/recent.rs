@@ -29,9 +29,28 @@ pub struct Written<T> {
 }
 
 /// Recent writes by key (kind/namespace/name).
+///
+/// Values are boxed and the table shrinks as it empties: a cold start of
+/// 10,000 ModelServices has thousands of writes outstanding at once, and a
+/// table of inline statuses (over 500 bytes a bucket, empty buckets
+/// included) kept its peak size for the whole run (BENCHMARKS.md, "Where
+/// the 10,000 ModelServices' memory goes").
 #[derive(Debug)]
 pub struct Recent<T> {
-    map: Mutex<HashMap<String, Written<T>>>,
+    map: Mutex<HashMap<String, Box<Written<T>>>>,
+}
+
+/// Below this many buckets a table is not worth shrinking.
+const SMALL_TABLE: usize = 64;
+
+/// Removes `key`, and gives the table's memory back once it is under a
+/// quarter full (to half full, so that the next few inserts do not grow it
+/// again at once).
+fn remove_and_shrink<V>(m: &mut HashMap<String, V>, key: &str) {
+    m.remove(key);
+    if m.capacity() > SMALL_TABLE && m.len() * 4 < m.capacity() {
+        m.shrink_to(m.len() * 2);
+    }
 }
 
 impl<T> Default for Recent<T> {
@@ -63,11 +82,11 @@ impl<T: Clone> Recent<T> {
         if let (Some(rv), Ok(mut m)) = (resource_version.and_then(parse), self.map.lock()) {
             m.insert(
                 key.to_string(),
-                Written {
+                Box::new(Written {
                     resource_version: rv,
                     at: Instant::now(),
                     value,
-                },
+                }),
             );
         }
     }
@@ -91,7 +110,7 @@ impl<T: Clone> Recent<T> {
         if behind {
             Some(w.value.clone())
         } else {
-            m.remove(key);
+            remove_and_shrink(&mut m, key);
             None
         }
     }
@@ -116,7 +135,7 @@ impl<T: Clone> Recent<T> {
         if behind {
             Some((w.resource_version, w.value.clone()))
         } else {
-            m.remove(key);
+            remove_and_shrink(&mut m, key);
             None
         }
     }
@@ -124,8 +143,14 @@ impl<T: Clone> Recent<T> {
     /// Forgets an object (deleted).
     pub fn forget(&self, key: &str) {
         if let Ok(mut m) = self.map.lock() {
-            m.remove(key);
+            remove_and_shrink(&mut m, key);
         }
+    }
+
+    /// Buckets the table holds (for the test of its shrinking).
+    #[cfg(test)]
+    fn capacity(&self) -> usize {
+        self.map.lock().map(|m| m.capacity()).unwrap_or(0)
     }
 
     pub fn len(&self) -> usize {
@@ -206,6 +231,37 @@ mod tests {
         );
         assert_eq!(r.newer_than_object("ModelService/ns/m", Some("42")), None);
         assert!(r.is_empty(), "forgotten once the object has it");
+    }
+
+    /// The bug: after a burst of writes the table kept the burst's size
+    /// for the rest of the run.
+    #[test]
+    fn the_table_gives_its_memory_back_as_it_empties() {
+        let r: Recent<u32> = Recent::default();
+        let fresh = Freshness::default();
+        for i in 0..10_000u32 {
+            r.record(&format!("k{i}"), Some("10"), i);
+        }
+        let burst = r.capacity();
+        assert!(burst >= 10_000);
+        for i in 0..9_990u32 {
+            assert_eq!(
+                r.newer_than_cache(&format!("k{i}"), Some("10"), &fresh),
+                None
+            );
+        }
+        assert_eq!(r.len(), 10);
+        assert!(
+            r.capacity() <= SMALL_TABLE * 2,
+            "{} buckets for 10 writes",
+            r.capacity()
+        );
+        for i in 9_990..10_000u32 {
+            assert_eq!(
+                r.newer_than_cache(&format!("k{i}"), Some("9"), &fresh),
+                Some(i)
+            );
+        }
     }
 
     #[test]
