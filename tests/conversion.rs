@@ -313,8 +313,8 @@ fn v1_spec() -> impl Strategy<Value = api::ModelServiceSpec> {
                     model: api::Model {
                         name: a.model,
                         version: a.model_version,
-                        source,
-                        cache,
+                        source: source.map(Box::new),
+                        cache: cache.map(Box::new),
                     },
                     runtime: api::Runtime {
                         image: a.image,
@@ -337,34 +337,36 @@ fn v1_spec() -> impl Strategy<Value = api::ModelServiceSpec> {
                     rollout: api::Rollout {
                         strategy: a.strategy,
                         surge,
-                        canary,
+                        canary: canary.map(Box::new),
                     },
-                    route,
-                    autoscaling: a.autoscaling.map(|x| api::Autoscaling {
-                        engine: keda.0,
-                        // Scale to zero, with KEDA, in some cases.
-                        min_replicas: if keda.0 == Some(api::Engine::Keda)
-                            && x.min_replicas % 2 == 0
-                        {
-                            0
-                        } else {
-                            x.min_replicas
-                        },
-                        max_replicas: x.max_replicas,
-                        target_queue_length: x.target_queue_length,
-                        metric: x.metric,
-                        // `keda: {}` and no keda mean the same, and
-                        // v1beta1 has no place for the empty object.
-                        keda: (keda.1.is_some()
-                            || keda.2.is_some()
-                            || keda.3.is_some()
-                            || keda.4.is_some())
-                        .then(|| api::KedaOptions {
-                            prometheus: keda.1.map(|address| api::PrometheusSource { address }),
-                            activation_queue_length: keda.2,
-                            cooldown_seconds: keda.3,
-                            polling_seconds: keda.4,
-                        }),
+                    route: route.map(Box::new),
+                    autoscaling: a.autoscaling.map(|x| {
+                        Box::new(api::Autoscaling {
+                            engine: keda.0,
+                            // Scale to zero, with KEDA, in some cases.
+                            min_replicas: if keda.0 == Some(api::Engine::Keda)
+                                && x.min_replicas % 2 == 0
+                            {
+                                0
+                            } else {
+                                x.min_replicas
+                            },
+                            max_replicas: x.max_replicas,
+                            target_queue_length: x.target_queue_length,
+                            metric: x.metric,
+                            // `keda: {}` and no keda mean the same, and
+                            // v1beta1 has no place for the empty object.
+                            keda: (keda.1.is_some()
+                                || keda.2.is_some()
+                                || keda.3.is_some()
+                                || keda.4.is_some())
+                            .then(|| api::KedaOptions {
+                                prometheus: keda.1.map(|address| api::PrometheusSource { address }),
+                                activation_queue_length: keda.2,
+                                cooldown_seconds: keda.3,
+                                polling_seconds: keda.4,
+                            }),
+                        })
                     }),
                 }
             },
@@ -389,7 +391,7 @@ fn beta_of(spec: &api::ModelServiceSpec) -> v1beta1::ModelServiceSpec {
         resources: spec.resources.clone(),
         scheduling: spec.scheduling.clone(),
         rollout: spec.rollout.clone(),
-        route: spec.route.clone(),
+        route: spec.route.as_deref().cloned(),
         parallelism: spec.parallelism.clone(),
         autoscaling: spec.autoscaling.as_ref().map(|a| {
             let keda = a.keda();

@@ -4,6 +4,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+// The parts that only some ModelServices have are boxed: a status is held
+// once per ModelService in the cache and again while a write of it is
+// remembered, and inline they made it 520 bytes for everyone. (A box is
+// invisible to serde and to the schema; a doc comment here would not be.)
 /// The observed state of a ModelService.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -29,16 +33,16 @@ pub struct ModelServiceStatus {
     pub conditions: Vec<Condition>,
     /// The autoscaler as it reports itself, with autoscaling.engine KEDA: whether KEDA's ScaledObject is Ready (its trigger works) and Active (scaling above zero).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub autoscaler: Option<AutoscalerStatus>,
+    pub autoscaler: Option<Box<AutoscalerStatus>>,
     /// The stable and canary tracks, while rollout.canary is set: pods, ready pods and the weight each gets on the route.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracks: Option<TracksStatus>,
     /// The HTTPRoute, while route is set: whether Gateway API is installed and whether each Gateway accepted it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub route: Option<RouteStatus>,
+    pub route: Option<Box<RouteStatus>>,
     /// The weights, while model.source is set: the download's progress, and what the pods read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<ModelWeightsStatus>,
+    pub model: Option<Box<ModelWeightsStatus>>,
 }
 
 /// The model's weights as the cache holds them.

@@ -126,11 +126,11 @@ pub struct ModelServiceSpec {
 
     /// Expose the model through a Gateway API HTTPRoute with the same name. With rollout.canary the route splits traffic between the stable and canary tracks by weight, and only to a track with ready pods. Without Gateway API in the cluster, status says so and nothing else changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub route: Option<Route>,
+    pub route: Option<Box<Route>>,
 
     /// Scale the replica count on the serving runtime's request queue. When set, a HorizontalPodAutoscaler owns the replica count and spec.replicas is ignored; when removed, the HPA is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub autoscaling: Option<Autoscaling>,
+    pub autoscaling: Option<Box<Autoscaling>>,
 
     /// How one replica spreads over GPUs and nodes, for a model bigger than one node. With pipeline above 1, each replica is a group of that many pods on as many nodes (a LeaderWorkerSet named after the ModelService instead of a Deployment), and the preset launches the runtime's multi-node mode. Without it, or with pipeline 1, each replica is one pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -167,11 +167,11 @@ pub struct Model {
 
     /// Where the weights come from. Without it the server fetches model.name itself, in every pod, on every start. With a downloaded source (hf://, http(s)://) a Job fetches it once into the claim that cache describes, and every pod mounts that claim read-only; with pvc:// the pods mount the claim you name. The preset then points the server at the files and keeps model.name as the served name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source: Option<ModelSource>,
+    pub source: Option<Box<ModelSource>>,
 
     /// The volume a downloaded source is kept in: a PersistentVolumeClaim <name>-weights that every replica, restart and rollout of this ModelService reads. Required with an hf:// or http(s):// source.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache: Option<ModelCache>,
+    pub cache: Option<Box<ModelCache>>,
 }
 
 /// A pinned source of model weights.
@@ -327,7 +327,7 @@ pub struct Rollout {
 
     /// A second version beside the stable one: a Deployment <name>-canary with these overrides, which the Service <name> also selects. Removing it removes the canary (a manual rollback); promotion is moving its overrides into the spec and removing it. A canary that crash-loops, cannot pull its image or misses its progress deadline is rolled back by the operator (0 replicas, weight 0) until its spec changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub canary: Option<Canary>,
+    pub canary: Option<Box<Canary>>,
 }
 
 /// Whether a rolling update may run one pod above the replica count.

@@ -475,13 +475,13 @@ mod tests {
     #[test]
     fn the_patch_clears_nested_fields_that_are_gone() {
         let old = ModelServiceStatus {
-            route: Some(crate::api::RouteStatus {
+            route: Some(Box::new(crate::api::RouteStatus {
                 name: "m".into(),
                 accepted: None,
                 message: Some("waiting".into()),
                 parents: vec![],
                 pools: vec![],
-            }),
+            })),
             ..ModelServiceStatus::default()
         };
         let mut new = old.clone();

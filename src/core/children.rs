@@ -575,7 +575,7 @@ spec:
 
     fn canary_and_route() -> ValidSpec {
         let mut v = valid();
-        v.spec.rollout.canary = Some(crate::api::Canary {
+        v.spec.rollout.canary = Some(Box::new(crate::api::Canary {
             model: None,
             runtime: Some(crate::api::CanaryRuntime {
                 image: Some("vllm/vllm-openai:v0.9.0".into()),
@@ -584,8 +584,8 @@ spec:
             }),
             replicas: 1,
             weight: 25,
-        });
-        v.spec.route = Some(crate::api::Route {
+        }));
+        v.spec.route = Some(Box::new(crate::api::Route {
             parent_refs: vec![crate::api::ParentReference {
                 name: "gw".into(),
                 namespace: None,
@@ -598,7 +598,7 @@ spec:
             path: "/".into(),
             backend: None,
             inference_pool: None,
-        });
+        }));
         v
     }
 

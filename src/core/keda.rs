@@ -303,10 +303,10 @@ mod tests {
     #[test]
     fn groups_are_scaled_through_their_leader_worker_set_and_counted_by_leaders() {
         let mut v = valid();
-        v.spec.autoscaling = Some(crate::api::Autoscaling {
+        v.spec.autoscaling = Some(Box::new(crate::api::Autoscaling {
             engine: Some(crate::api::Engine::Keda),
-            ..v.spec.autoscaling.clone().expect("the sample autoscales")
-        });
+            ..*v.spec.autoscaling.clone().expect("the sample autoscales")
+        }));
         v.prometheus_address = Some("http://prom:9090".into());
         v.spec.parallelism = Some(crate::api::Parallelism {
             tensor: None,

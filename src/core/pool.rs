@@ -73,7 +73,7 @@ mod tests {
 
     pub fn pooled() -> ValidSpec {
         let mut v = valid();
-        v.spec.route = Some(Route {
+        v.spec.route = Some(Box::new(Route {
             parent_refs: vec![ParentReference {
                 name: "gw".into(),
                 namespace: None,
@@ -86,7 +86,7 @@ mod tests {
             path: "/".into(),
             backend: Some(RouteBackend::InferencePool),
             inference_pool: None,
-        });
+        }));
         v
     }
 

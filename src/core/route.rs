@@ -173,7 +173,7 @@ mod tests {
 
     fn routed() -> ValidSpec {
         let mut v = valid();
-        v.spec.route = Some(Route {
+        v.spec.route = Some(Box::new(Route {
             parent_refs: vec![ParentReference {
                 name: "gw".into(),
                 namespace: Some("infra".into()),
@@ -186,7 +186,7 @@ mod tests {
             path: "/v1".into(),
             backend: None,
             inference_pool: None,
-        });
+        }));
         v
     }
 

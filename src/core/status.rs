@@ -334,13 +334,16 @@ pub fn compute(
             .port
             .map(|port| format!("http://{}.{}.svc:{port}", o.name, o.namespace)),
         conditions: merge(&previous_conditions, &wanted, o.generation, now),
-        autoscaler: o.autoscaler.map(|k| k.report()),
+        autoscaler: o.autoscaler.map(|k| Box::new(k.report())),
         tracks: o
             .canary
             .as_ref()
             .map(|c| strategy_status::tracks(o.deployment, c)),
-        route: o.route.as_ref().map(strategy_status::route),
-        model: o.weights.map(WeightsSeen::report),
+        route: o
+            .route
+            .as_ref()
+            .map(|r| Box::new(strategy_status::route(r))),
+        model: o.weights.map(|w| Box::new(w.report())),
     }
 }
 

@@ -189,7 +189,7 @@ mod tests {
 
     fn with_canary() -> ValidSpec {
         let mut v = valid();
-        v.spec.rollout.canary = Some(Canary {
+        v.spec.rollout.canary = Some(Box::new(Canary {
             model: Some(CanaryModel {
                 version: Some("2025-01-01".into()),
             }),
@@ -200,7 +200,7 @@ mod tests {
             }),
             replicas: 2,
             weight: 20,
-        });
+        }));
         v
     }
 

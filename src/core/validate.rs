@@ -661,14 +661,16 @@ mod tests {
         let with = |uri: &str, cache: bool, name: &str| {
             let mut ms = sample();
             ms.metadata.name = Some(name.into());
-            ms.spec.model.source = Some(crate::api::ModelSource {
+            ms.spec.model.source = Some(Box::new(crate::api::ModelSource {
                 uri: uri.into(),
                 credentials_secret: None,
-            });
-            ms.spec.model.cache = cache.then(|| crate::api::ModelCache {
-                size: k8s_openapi::apimachinery::pkg::api::resource::Quantity("10Gi".into()),
-                storage_class_name: None,
-                access_mode: None,
+            }));
+            ms.spec.model.cache = cache.then(|| {
+                Box::new(crate::api::ModelCache {
+                    size: k8s_openapi::apimachinery::pkg::api::resource::Quantity("10Gi".into()),
+                    storage_class_name: None,
+                    access_mode: None,
+                })
             });
             validate(&ms, "default")
                 .map(|_| ())

@@ -397,24 +397,24 @@ mod tests {
 
     fn cached(uri: &str) -> ValidSpec {
         let mut ms = sample();
-        ms.spec.model.source = Some(crate::api::ModelSource {
+        ms.spec.model.source = Some(Box::new(crate::api::ModelSource {
             uri: uri.into(),
             credentials_secret: Some("hf-token".into()),
-        });
-        ms.spec.model.cache = Some(crate::api::ModelCache {
+        }));
+        ms.spec.model.cache = Some(Box::new(crate::api::ModelCache {
             size: Quantity("200Gi".into()),
             storage_class_name: Some("fast".into()),
             access_mode: Some(CacheAccessMode::ReadWriteMany),
-        });
+        }));
         validate(&ms, "default").expect("valid")
     }
 
     fn mounted(uri: &str) -> ValidSpec {
         let mut ms = sample();
-        ms.spec.model.source = Some(crate::api::ModelSource {
+        ms.spec.model.source = Some(Box::new(crate::api::ModelSource {
             uri: uri.into(),
             credentials_secret: None,
-        });
+        }));
         validate(&ms, "default").expect("valid")
     }
 
