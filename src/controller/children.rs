@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::{Job, JobStatus};
 use k8s_openapi::api::core::v1::{
@@ -73,7 +73,7 @@ pub struct DeploymentChild;
 impl Child for DeploymentChild {
     const WHY: &'static str = "the serving pods, with their GPU requests; a canary's is deleted when rollout.canary is removed (and the stable track has rolled out), the stable one once a LeaderWorkerSet that replaces it is ready.";
     type Object = Deployment;
-    type Status = DeploymentStatus;
+    type Status = super::lean::RolloutStatus;
     const OPTIONAL: bool = false;
     const DELETED_WHEN_UNWANTED: bool = true;
     fn cache(stores: &Stores) -> &Cache<Cached<Self>> {
