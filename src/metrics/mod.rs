@@ -3,8 +3,8 @@
 //! Per-object series are removed when the object is deleted, so a cluster
 //! that churns ModelServices does not grow the scrape forever.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+mod ready_series;
+
 use std::time::Duration;
 
 use prometheus::{
@@ -22,7 +22,6 @@ pub struct Metrics {
     reconciles: IntCounterVec,
     errors: IntCounterVec,
     duration: Histogram,
-    ready: IntGaugeVec,
     by_ready: IntGaugeVec,
     by_reason: IntGaugeVec,
     child_writes: IntCounterVec,
@@ -33,8 +32,9 @@ pub struct Metrics {
     migration_left: IntGauge,
     migration_done: IntGauge,
     surge_decisions: IntCounterVec,
-    /// (ready, reason) per namespace/name, to recompute the aggregate gauges.
-    states: Mutex<HashMap<(String, String), (bool, String)>>,
+    /// (ready, reason) per namespace/name: the per-model series, and what
+    /// the aggregate gauges move each object from.
+    states: ready_series::States,
 }
 
 impl Metrics {
@@ -63,13 +63,7 @@ impl Metrics {
                 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
             ]),
         )?;
-        let ready = IntGaugeVec::new(
-            Opts::new(
-                "modelservice_ready",
-                "1 when the ModelService is Ready, else 0.",
-            ),
-            &["namespace", "name"],
-        )?;
+        let states = ready_series::States::default();
         let by_ready = IntGaugeVec::new(
             Opts::new(
                 "modelservice_resources",
@@ -144,7 +138,7 @@ impl Metrics {
         registry.register(Box::new(watch_errors.clone()))?;
         registry.register(Box::new(errors.clone()))?;
         registry.register(Box::new(duration.clone()))?;
-        registry.register(Box::new(ready.clone()))?;
+        registry.register(Box::new(ready_series::ReadySeries::new(states.clone())?))?;
         registry.register(Box::new(by_ready.clone()))?;
         registry.register(Box::new(by_reason.clone()))?;
         registry.register(Box::new(child_writes.clone()))?;
@@ -157,7 +151,6 @@ impl Metrics {
             reconciles,
             errors,
             duration,
-            ready,
             by_ready,
             by_reason,
             child_writes,
@@ -168,7 +161,7 @@ impl Metrics {
             migration_left,
             migration_done,
             surge_decisions,
-            states: Mutex::new(HashMap::new()),
+            states,
         })
     }
 
@@ -222,15 +215,11 @@ impl Metrics {
         let cond = find(&status.conditions, ct::READY);
         let ready = cond.is_some_and(|c| c.status == "True");
         let reason = cond.map(|c| c.reason.clone()).unwrap_or_default();
-        self.ready
-            .with_label_values(&[ns, name])
-            .set(i64::from(ready));
         self.tally((ns.to_string(), name.to_string()), Some((ready, reason)));
     }
 
     /// Drops every series of a deleted ModelService.
     pub fn forget(&self, ns: &str, name: &str) {
-        let _ = self.ready.remove_label_values(&[ns, name]);
         self.tally((ns.to_string(), name.to_string()), None);
     }
 
@@ -238,7 +227,7 @@ impl Metrics {
     /// aggregate gauges: constant work per status, however many objects
     /// there are (recounting them all made a cold start quadratic).
     fn tally(&self, key: (String, String), new: Option<(bool, String)>) {
-        let Ok(mut states) = self.states.lock() else {
+        let Some(mut states) = self.states.lock() else {
             return;
         };
         let old = match &new {
@@ -308,6 +297,11 @@ mod tests {
             text.contains("modelservice_ready{name=\"a\",namespace=\"ml\"} 1"),
             "{text}"
         );
+        assert!(
+            text.contains("modelservice_ready{name=\"b\",namespace=\"ml\"} 0"),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE modelservice_ready gauge"), "{text}");
         assert!(
             text.contains("modelservice_condition_reason{reason=\"InsufficientGPU\"} 1"),
             "{text}"
