@@ -34,7 +34,25 @@ fn without_transparent_huge_pages() {
     let _ = rustix::thread::disable_transparent_huge_pages(true);
 }
 
+/// mimalloc's `purge_delay`: its index in `mi_option_e` of the mimalloc
+/// that libmimalloc-sys builds (v3, `include/mimalloc.h`); the bindings name
+/// only older options. The test below checks the index against the
+/// option's documented default.
+const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// Freed memory goes back to the system at once. mimalloc v3 keeps freed
+/// pages for a second (whole arenas for ten) in case they are used again;
+/// through a cold start of 10,000 ModelServices the buffers of each second's
+/// requests stayed resident on top of the caches (BENCHMARKS.md, "Issue 36,
+/// third round"). The fake's bench measured no added CPU.
+fn purge_at_once() {
+    // SAFETY: sets one integer option, which mimalloc reads atomically; no
+    // pointer is involved.
+    unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, 0) };
+}
+
 fn main() -> ExitCode {
+    purge_at_once();
     without_transparent_huge_pages();
     let cli = Cli::parse();
     match cli.command {
@@ -171,4 +189,19 @@ async fn run_command(args: RunArgs) -> Result<(), String> {
         convert: convert_checked,
     };
     run(config, cfg, signal).await.map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    /// The index is `purge_delay`'s: mimalloc v3 documents its default as
+    /// 1,000 ms, and no other option of it has that default.
+    #[test]
+    fn the_option_set_is_the_purge_delay() {
+        // SAFETY: reads and sets one integer option.
+        let before = unsafe { libmimalloc_sys::mi_option_get(super::PURGE_DELAY) };
+        assert_eq!(before, 1000);
+        super::purge_at_once();
+        let after = unsafe { libmimalloc_sys::mi_option_get(super::PURGE_DELAY) };
+        assert_eq!(after, 0);
+    }
 }
