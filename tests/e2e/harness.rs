@@ -425,7 +425,19 @@ async fn install_crd(client: &Client) {
 
 /// Polls `f` every 100 ms until it returns `Some`, or panics after `timeout`
 /// naming `what`.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    match poll_for(timeout, f).await {
+        Some(v) => v,
+        None => panic!("timed out after {timeout:?} waiting for {what}"),
+    }
+}
+
+/// Polls `f` every 100 ms until it returns `Some`; `None` after `timeout`.
+async fn poll_for<T, F, Fut>(timeout: Duration, mut f: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -433,12 +445,11 @@ where
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = f().await {
-            return v;
+            return Some(v);
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
+        if Instant::now() >= deadline {
+            return None;
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -544,6 +555,22 @@ impl Operator {
     /// GET a path on the admin server: (status code, body).
     pub fn get(&self, path: &str) -> Option<(u16, String)> {
         http_get(self.port, path)
+    }
+
+    /// [`wait_for`], whose panic on a timeout carries this operator's log:
+    /// what explains a change that was not acted on.
+    pub async fn wait_for<T, F, Fut>(&self, what: &str, timeout: Duration, f: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Option<T>>,
+    {
+        match poll_for(timeout, f).await {
+            Some(v) => v,
+            None => panic!(
+                "timed out after {timeout:?} waiting for {what}; log:\n{}",
+                self.logs()
+            ),
+        }
     }
 
     /// Waits until /readyz answers 200.

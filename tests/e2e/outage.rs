@@ -16,7 +16,7 @@ use kube::api::DeleteParams;
 use modelservice_operator::api::ModelService;
 use serde_json::json;
 
-use crate::harness::{CONVERGE, Env, Outage, wait_for};
+use crate::harness::{CONVERGE, Env, Operator, Outage, wait_for};
 use crate::observe::*;
 
 /// How long after the server is back a change may take to be acted on.
@@ -32,14 +32,14 @@ fn spec(arg: &str) -> serde_json::Value {
 }
 
 /// Waits until the child `name` of kind `K` exists with a uid other than `old`.
-async fn recreated<K>(env: &Env, name: &str, old: &str, what: &str)
+async fn recreated<K>(env: &Env, op: &Operator, name: &str, old: &str, what: &str)
 where
     K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug,
 {
-    wait_for(what, HEARD, || async {
+    op.wait_for(what, HEARD, || async {
         let k = env.api::<K>().get_opt(name).await.ok().flatten()?;
         (k.uid().as_deref() != Some(old)).then_some(())
     })
@@ -114,7 +114,7 @@ async fn every_kind_is_heard_after(outage: Outage, test: &str) {
     let back = std::time::Instant::now();
 
     env.apply_ms("new", cpu_spec()).await;
-    wait_for(
+    op.wait_for(
         "a ModelService created after the outage to get its Deployment",
         HEARD,
         || deployment(&env, "new"),
@@ -122,7 +122,7 @@ async fn every_kind_is_heard_after(outage: Outage, test: &str) {
     .await;
 
     env.apply_ms("kept", spec("--after")).await;
-    wait_for(
+    op.wait_for(
         "an update after the outage to reach the Deployment",
         HEARD,
         || has_arg(&env, "kept", "--after"),
@@ -131,17 +131,25 @@ async fn every_kind_is_heard_after(outage: Outage, test: &str) {
 
     let dep = uid::<Deployment>(&env, "kept").await;
     delete::<Deployment>(&env, "kept").await;
-    recreated::<Deployment>(&env, "kept", &dep, "the deleted Deployment to come back").await;
+    recreated::<Deployment>(
+        &env,
+        &op,
+        "kept",
+        &dep,
+        "the deleted Deployment to come back",
+    )
+    .await;
     delete::<Service>(&env, "kept").await;
-    recreated::<Service>(&env, "kept", &svc, "the deleted Service to come back").await;
+    recreated::<Service>(&env, &op, "kept", &svc, "the deleted Service to come back").await;
     delete::<HorizontalPodAutoscaler>(&env, "kept").await;
-    recreated::<HorizontalPodAutoscaler>(&env, "kept", &hpa, "the deleted HPA to come back").await;
+    recreated::<HorizontalPodAutoscaler>(&env, &op, "kept", &hpa, "the deleted HPA to come back")
+        .await;
 
     env.api::<ModelService>()
         .delete("new", &DeleteParams::default())
         .await
         .expect("delete a ModelService");
-    wait_for(
+    op.wait_for(
         "the deleted ModelService to be finalized and gone",
         HEARD,
         || async { get_ms(&env, "new").await.is_none().then_some(()) },
