@@ -119,8 +119,9 @@ pub type LeanDeployment = Lean<Deployment, RolloutStatus>;
 /// the conditions only Progressing, with its reason, and its message only
 /// when the rollout is stuck (that message is reported). The Available
 /// condition, the other messages and the timestamps are dropped as the
-/// status is read: at 10,000 Deployments they were a fifth of the cache
-/// (BENCHMARKS.md, "Where the 10,000 ModelServices' memory goes").
+/// status is read: the cache holds one status per Deployment for as long
+/// as the Deployment lives, and at 10,000 of them every byte counts
+/// (BENCHMARKS.md, "Issue 36, third round").
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RolloutStatus(pub DeploymentStatus);
 
