@@ -9,6 +9,7 @@ pub mod http;
 pub mod leader;
 pub mod logging;
 pub mod manifests;
+pub mod reflect;
 pub mod render;
 pub mod run;
 pub mod shutdown;

@@ -139,7 +139,7 @@ impl<K> Watched for K where
 }
 
 /// A watch of `api` with `config`, reported, backed off, trimmed by `modify`
-/// and reflected into `writer`, whose progress it notes in `fresh` once the
+/// and reflected into `writer` (see `reflect`), whose progress it notes in `fresh` once the
 /// cache holds each event.
 pub fn watch<K>(
     api: Api<K>,
@@ -153,15 +153,14 @@ where
     K: Watched,
 {
     let resource: Arc<str> = K::plural(&()).into();
-    reported(watcher::watcher(api, config), resource, metrics)
+    let events = reported(watcher::watcher(api, config), resource, metrics)
         .backoff(watch_backoff())
-        .modify(modify)
-        .reflect(writer)
-        .inspect(move |event| {
-            if let Ok(event) = event {
-                fresh.observe(event);
-            }
-        })
+        .modify(modify);
+    super::reflect::reflect(events, writer).inspect(move |event| {
+        if let Ok(event) = event {
+            fresh.observe(event);
+        }
+    })
 }
 
 /// A child watch: only the objects the operator labelled.
@@ -263,7 +262,7 @@ where
         }
     })
     .flatten();
-    runs.reflect(writer)
+    super::reflect::reflect(runs, writer)
         .inspect(move |event| {
             if let Ok(event) = event {
                 fresh.observe(event);

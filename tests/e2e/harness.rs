@@ -567,8 +567,8 @@ impl Operator {
         match poll_for(timeout, f).await {
             Some(v) => v,
             None => panic!(
-                "timed out after {timeout:?} waiting for {what}; log:\n{}",
-                self.logs()
+                "timed out after {timeout:?} waiting for {what}; log {}",
+                self.log_tail()
             ),
         }
     }
@@ -618,6 +618,36 @@ impl Operator {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The end of the log, without colours, for a panic message: CI shows
+    /// a failure's first and last lines, and what explains a stall is
+    /// nearer the end.
+    pub fn log_tail(&self) -> String {
+        const LINES: usize = 60;
+        let all = self.logs();
+        let lines: Vec<&str> = all.lines().collect();
+        let tail = lines[lines.len().saturating_sub(LINES)..].join("\n");
+        let mut plain = String::with_capacity(tail.len());
+        let mut chars = tail.chars();
+        while let Some(c) = chars.next() {
+            if c == '\u{1b}' {
+                // An SGR sequence: ESC [ ... m
+                for c in chars.by_ref() {
+                    if c == 'm' {
+                        break;
+                    }
+                }
+            } else {
+                plain.push(c);
+            }
+        }
+        format!(
+            "(the last {} of {} lines, all in {})\n{plain}",
+            LINES.min(lines.len()),
+            lines.len(),
+            self.log.display()
+        )
+    }
+
     /// Waits until `series` reads `value` on /metrics; on timeout the panic
     /// carries this operator's log, which is what explains a stall.
     pub async fn await_metric(&self, series: &str, value: f64, timeout: Duration) {
@@ -625,8 +655,8 @@ impl Operator {
         while self.metric(series) != Some(value) {
             assert!(
                 Instant::now() < deadline,
-                "timed out after {timeout:?} waiting for {series} = {value}; log:\n{}",
-                self.logs()
+                "timed out after {timeout:?} waiting for {series} = {value}; log {}",
+                self.log_tail()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -699,6 +729,38 @@ impl Env {
                 true
             }
         }
+    }
+}
+
+impl Env {
+    /// Runs `during` while the operator's watch of `resource` (a plural) is
+    /// lost, so that it must relist afterwards: whatever `during` deleted
+    /// is then simply missing from the list, and no event says it went. On
+    /// the fake only that watch is lost (it ends, and its re-watch is held
+    /// and then answered 410), so nothing else brings the operator round.
+    /// A real cluster loses all its watches in an apiserver restart, and
+    /// `during` runs as soon as the server answers, before the operator's
+    /// next reconnect, which its backoff puts up to seconds later. False
+    /// (after saying why) where this back end cannot cause the loss.
+    pub async fn watch_lost_during<F: Future<Output = ()>>(
+        &self,
+        resource: &str,
+        test: &str,
+        during: F,
+    ) -> bool {
+        if let Some(fake) = &self.fake {
+            use fake_apiserver::Verb;
+            fake.hold(Verb::Watch, resource);
+            assert!(fake.expire_watches(resource), "no type {resource}");
+            during.await;
+            fake.release(Verb::Watch, resource);
+            return true;
+        }
+        if !self.outage(Outage::ApiServer, test).await {
+            return false;
+        }
+        during.await;
+        true
     }
 }
 

@@ -242,19 +242,29 @@ impl FakeApiServer {
     /// must relist. Stored objects survive (etcd does). Returns at once;
     /// [`Self::restarted`] waits the outage out.
     pub fn restart(&self) {
-        {
-            let mut store = self.shared().lock();
-            store.compact_all();
-            store.drop_watches();
-        }
+        self.shared().lock().expire(|_| true);
         self.shared().outage.start(RESTART_OUTAGE);
+    }
+
+    /// Ends every watch of one type (by `plural` or `plural.group`) and
+    /// forgets its event history, as a real server does to a watcher that
+    /// fell behind a compaction: the watch ends, and a re-watch from any
+    /// older resourceVersion gets 410 Gone and must relist. The other types'
+    /// watches go on. Returns whether any type matched.
+    pub fn expire_watches(&self, name: &str) -> bool {
+        self.shared().lock().expire(|info| matches_name(info, name))
+    }
+
+    /// Whether a restart's outage still turns clients over TCP away.
+    pub fn is_down(&self) -> bool {
+        self.shared().outage.is_down()
     }
 
     /// Restarts and returns once the server answers again, as the real
     /// `restart` script does.
     pub async fn restarted(&self) {
         self.restart();
-        while self.shared().outage.is_down() {
+        while self.is_down() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }

@@ -186,13 +186,18 @@ impl Store {
         }
     }
 
-    /// Forgets all event history, as a restarted API server's empty watch
-    /// cache does: watches from any older resourceVersion get 410.
-    pub fn compact_all(&mut self) {
-        for state in self.resources.values_mut() {
+    /// Ends the watches of the types `which` picks and forgets their
+    /// history: re-watches from before now get 410. Whether any matched.
+    pub fn expire(&mut self, which: impl Fn(&ResourceInfo) -> bool) -> bool {
+        let rv = self.rv;
+        let mut found = false;
+        for state in self.resources.values_mut().filter(|s| which(&s.info)) {
             state.history.clear();
-            state.compacted = self.rv;
+            state.compacted = rv;
+            state.tx = broadcast::channel(WATCH_BUFFER).0;
+            found = true;
         }
+        found
     }
 
     /// Keys of the objects that name `uid` as an owner.
