@@ -22,13 +22,16 @@ use modelservice_operator::runtime::{convert_manifests, logging, manifests, rend
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Transparent huge pages off, for this process only. mimalloc asks for
-/// them on its arenas, and where a node's setting is `always` the kernel
-/// gives them unasked; a huge page is resident whole once any byte of it is
-/// touched, and the caches touch their pages sparsely, so the resident size
-/// ran far above the live heap (BENCHMARKS.md, "Ten thousand
-/// ModelServices"). The flag is the process's, so it holds whatever the
-/// node's setting; failing to set it costs memory, never correctness.
+/// Transparent huge pages off, for this process only. A huge page is
+/// resident whole once any byte of it is touched, and the caches touch
+/// their pages sparsely, so the resident size ran far above the live heap
+/// (BENCHMARKS.md, "Ten thousand ModelServices"). mimalloc is built never
+/// to ask for them (its `no_thp` feature): it asked on its first arena
+/// before `main` runs, where this flag comes too late, and that cost 2 to
+/// 3 MiB resident from the start (BENCHMARKS.md, "Issue 36, fifth round").
+/// Where a node's setting is `always` the kernel gives them unasked; the
+/// flag is the process's, so it holds whatever the node's setting; failing
+/// to set it costs memory, never correctness.
 fn without_transparent_huge_pages() {
     #[cfg(target_os = "linux")]
     let _ = rustix::thread::disable_transparent_huge_pages(true);
@@ -203,5 +206,57 @@ mod tests {
         super::purge_at_once();
         let after = unsafe { libmimalloc_sys::mi_option_get(super::PURGE_DELAY) };
         assert_eq!(after, 0);
+    }
+
+    /// The mapping that holds a heap block, as `/proc/self/smaps` shows it:
+    /// the lines from its header to the next header.
+    fn mapping_of(addr: usize) -> Option<String> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+        let mut found: Option<String> = None;
+        for line in smaps.lines() {
+            let range = line.split_whitespace().next().and_then(|r| {
+                let (lo, hi) = r.split_once('-')?;
+                Some((
+                    usize::from_str_radix(lo, 16).ok()?,
+                    usize::from_str_radix(hi, 16).ok()?,
+                ))
+            });
+            match (range, found.as_mut()) {
+                (Some(_), Some(_)) => break,
+                (Some((lo, hi)), None) if lo <= addr && addr < hi => found = Some(String::new()),
+                (None, Some(m)) => {
+                    m.push_str(line);
+                    m.push('\n');
+                }
+                _ => {}
+            }
+        }
+        found
+    }
+
+    /// mimalloc's arenas carry no `MADV_HUGEPAGE` (the kernel shows it as
+    /// `hg` among the mapping's VmFlags): built with it, the first arena
+    /// asked before `main` could turn huge pages off.
+    #[test]
+    fn the_allocator_asks_for_no_huge_pages() {
+        if !std::path::Path::new("/proc/self/smaps").exists() {
+            return;
+        }
+        let block = vec![1u8; 4 << 20];
+        let Some(mapping) = mapping_of(block.as_ptr() as usize) else {
+            panic!("no mapping holds the heap block");
+        };
+        let flags = mapping
+            .lines()
+            .find_map(|l| l.strip_prefix("VmFlags:"))
+            .unwrap_or_default();
+        assert!(
+            !flags.split_whitespace().any(|f| f == "hg"),
+            "the heap's mapping asks for huge pages: {flags}"
+        );
+        assert_eq!(
+            block.iter().map(|&b| usize::from(b)).sum::<usize>(),
+            4 << 20
+        );
     }
 }
