@@ -262,18 +262,23 @@ impl Walk<'_> {
         }
     }
 
-    fn array(&mut self, s: &JSONSchemaProps, items: &[Value]) {
-        let n = items.len() as i64;
-        if let Some(max) = s.max_items
+    /// Items of a list or fields of an object, against the schema's bounds.
+    fn count(&mut self, n: usize, min: Option<i64>, max: Option<i64>, what: &str) {
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        if let Some(max) = max
             && n > max
         {
-            self.problem(format!("has {n} items, more than {max}"));
+            self.problem(format!("has {n} {what}, more than {max}"));
         }
-        if let Some(min) = s.min_items
+        if let Some(min) = min
             && n < min
         {
-            self.problem(format!("has {n} items, fewer than {min}"));
+            self.problem(format!("has {n} {what}, fewer than {min}"));
         }
+    }
+
+    fn array(&mut self, s: &JSONSchemaProps, items: &[Value]) {
+        self.count(items.len(), s.min_items, s.max_items, "items");
         match &s.items {
             Some(JSONSchemaPropsOrArray::Schema(each)) => {
                 for (i, item) in items.iter().enumerate() {
@@ -290,17 +295,7 @@ impl Walk<'_> {
     }
 
     fn object(&mut self, s: &JSONSchemaProps, map: &serde_json::Map<String, Value>) {
-        let n = map.len() as i64;
-        if let Some(max) = s.max_properties
-            && n > max
-        {
-            self.problem(format!("has {n} fields, more than {max}"));
-        }
-        if let Some(min) = s.min_properties
-            && n < min
-        {
-            self.problem(format!("has {n} fields, fewer than {min}"));
-        }
+        self.count(map.len(), s.min_properties, s.max_properties, "fields");
         let values = match &s.additional_properties {
             Some(JSONSchemaPropsOrBool::Schema(values)) => Some(values.as_ref()),
             _ => None,
