@@ -46,8 +46,14 @@ async fn lws(env: &Env, name: &str) -> Option<Value> {
         .and_then(|o| serde_json::to_value(o).ok())
 }
 
+/// The selector of the Service `name`, once it exists: a reconcile sends
+/// its independent writes at once, so the LeaderWorkerSet can be there
+/// before its Service is.
 async fn selector(env: &Env, name: &str) -> Value {
-    let s = env.api::<Service>().get(name).await.expect("the Service");
+    let s = wait_for(&format!("the Service {name}"), CONVERGE, || async {
+        env.api::<Service>().get_opt(name).await.ok().flatten()
+    })
+    .await;
     serde_json::to_value(s.spec.and_then(|s| s.selector)).unwrap_or_default()
 }
 
@@ -337,14 +343,6 @@ async fn a_canary_of_groups_is_a_second_lws_weighed_by_its_ready_groups() {
             "canary"
         );
     }
-    wait_for("the canary's Service", CONVERGE, || async {
-        env.api::<Service>()
-            .get_opt("multi-canary-canary")
-            .await
-            .ok()
-            .flatten()
-    })
-    .await;
     let canary_selector = selector(&env, "multi-canary-canary").await;
     assert_eq!(canary_selector["serving.modelservice.dev/track"], "canary");
     assert_eq!(
