@@ -7,8 +7,8 @@
 //! benchmark counts requests against a real cluster, where there is no fake
 //! server to count them.
 //!
-//! The layer sits outside kube's own retry layer (which retries 429, 503 and
-//! 504 responses), so a request counts once, with the code it finally got.
+//! The layer sits outside the retry layer (`api_retry`), so a request counts
+//! once, with the code it finally got.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -44,7 +44,7 @@ pub fn classify(method: &str, path: &str, query: Option<&str>) -> (&'static str,
         [plural, _name] => (plural.to_string(), true),
         [plural, _name, sub, ..] => (format!("{plural}/{sub}"), true),
     };
-    let watch = query.is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
+    let watch = is_watch(query);
     let verb = match method {
         "GET" if watch => "watch",
         "GET" if named => "get",
@@ -57,6 +57,11 @@ pub fn classify(method: &str, path: &str, query: Option<&str>) -> (&'static str,
         _ => "other",
     };
     (verb, resource)
+}
+
+/// Whether a request's query string asks for a watch.
+pub fn is_watch(query: Option<&str>) -> bool {
+    query.is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"))
 }
 
 /// The layer that counts requests into `metrics`.

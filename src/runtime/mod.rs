@@ -2,7 +2,9 @@
 //! HTTP server, signals and logs. No reconcile logic lives here.
 
 pub mod api_requests;
+pub mod api_retry;
 pub mod cli;
+pub mod client;
 pub mod convert_manifests;
 pub mod discovery;
 pub mod http;

@@ -13,7 +13,6 @@ use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
-use super::api_requests::CountRequests;
 use super::http::{self, Readiness};
 use super::leader::{self, ElectionConfig};
 use super::shutdown::Shutdown;
@@ -179,10 +178,7 @@ impl ForEachWriter for OwnedWatches<'_> {
 /// from `config` whose every request is counted in the metrics.
 pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Result<(), RunError> {
     let metrics = Arc::new(Metrics::new()?);
-    let client = kube::client::ClientBuilder::try_from(config)
-        .map_err(RunError::Client)?
-        .with_layer(&CountRequests::new(metrics.clone()))
-        .build();
+    let client = super::client::client(config, metrics.clone()).map_err(RunError::Client)?;
     let readiness = Readiness::default();
     let server = http::serve(
         cfg.metrics_addr,
