@@ -170,6 +170,7 @@ async fn run_command(args: RunArgs) -> Result<(), String> {
             duration: args.lease_duration,
         }),
         metrics_addr: args.metrics_addr,
+        max_requests_in_flight: usize::from(args.max_requests_in_flight),
         controller: ControllerConfig {
             resync: args.resync_period,
             status_pace: args.status_pace,

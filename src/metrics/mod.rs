@@ -28,6 +28,9 @@ pub struct Metrics {
     leader: IntGauge,
     events: IntCounterVec,
     api_requests: IntCounterVec,
+    /// Requests waiting for a place under `--max-requests-in-flight`
+    /// (moved by `runtime::in_flight`).
+    pub api_requests_waiting: IntGauge,
     watch_errors: IntCounterVec,
     migration_left: IntGauge,
     migration_done: IntGauge,
@@ -103,6 +106,10 @@ impl Metrics {
             ),
             &["verb", "resource", "code"],
         )?;
+        let api_requests_waiting = IntGauge::new(
+            "modelservice_api_requests_waiting",
+            "Requests to the API server waiting for a place under --max-requests-in-flight.",
+        )?;
         let watch_errors = IntCounterVec::new(
             Opts::new(
                 "modelservice_watch_errors_total",
@@ -135,6 +142,7 @@ impl Metrics {
         registry.register(Box::new(reconciles.clone()))?;
         registry.register(Box::new(events.clone()))?;
         registry.register(Box::new(api_requests.clone()))?;
+        registry.register(Box::new(api_requests_waiting.clone()))?;
         registry.register(Box::new(watch_errors.clone()))?;
         registry.register(Box::new(errors.clone()))?;
         registry.register(Box::new(duration.clone()))?;
@@ -157,6 +165,7 @@ impl Metrics {
             leader,
             events,
             api_requests,
+            api_requests_waiting,
             watch_errors,
             migration_left,
             migration_done,
@@ -184,11 +193,11 @@ impl Metrics {
         self.events.with_label_values(&[result]).inc();
     }
 
-    /// Counts one API request (see `runtime::api_requests`).
     pub fn watch_error(&self, resource: &str, kind: &str) {
         self.watch_errors.with_label_values(&[resource, kind]).inc();
     }
 
+    /// Counts one API request (see `runtime::api_requests`).
     pub fn api_request(&self, verb: &str, resource: &str, code: &str) {
         self.api_requests
             .with_label_values(&[verb, resource, code])

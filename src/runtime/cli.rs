@@ -79,6 +79,10 @@ pub struct RunArgs {
     #[arg(long, env = "CONCURRENCY", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub concurrency: u16,
 
+    /// Requests to the API server in flight at once, watches and the leader's Lease aside (1-1000): each holds a connection while it lasts.
+    #[arg(long, env = "MAX_REQUESTS_IN_FLIGHT", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub max_requests_in_flight: u16,
+
     /// Events kept in order on their way to the API server; past this, further events wait, one per object and reason, and are never dropped (1-100000).
     #[arg(long, env = "EVENTS_QUEUE", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub events_queue: u32,
@@ -417,6 +421,7 @@ mod tests {
         assert_eq!(r.lease_duration, Duration::from_secs(15));
         assert_eq!(r.resync_period, Duration::from_secs(300));
         assert_eq!(r.concurrency, 32);
+        assert_eq!(r.max_requests_in_flight, 32);
         assert_eq!(r.discovery_interval, Duration::from_secs(30));
         assert_eq!(r.surge_grace, Duration::from_secs(10));
         assert_eq!(r.surge_read_window, Duration::from_secs(5));
@@ -440,6 +445,8 @@ mod tests {
             "json",
             "--concurrency",
             "4",
+            "--max-requests-in-flight",
+            "8",
             "--resync-period",
             "90s",
         ]);
@@ -449,6 +456,7 @@ mod tests {
         assert_eq!(r.lease_duration, Duration::from_secs(20));
         assert_eq!(r.log_format, LogFormat::Json);
         assert_eq!(r.concurrency, 4);
+        assert_eq!(r.max_requests_in_flight, 8);
         assert_eq!(r.resync_period, Duration::from_secs(90));
         let explicit = run_args(&["run", "--leader-elect=false"]);
         assert!(!explicit.leader_elect);
@@ -461,6 +469,10 @@ mod tests {
             (&["run", "--lease-duration", "2s"][..], "too short"),
             (&["run", "--resync-period", "soon"][..], "30s, 5m or 1h"),
             (&["run", "--concurrency", "0"][..], "--concurrency"),
+            (
+                &["run", "--max-requests-in-flight", "0"][..],
+                "--max-requests-in-flight",
+            ),
             (&["run", "--log-format", "xml"][..], "--log-format"),
             (&["run", "--no-such-flag"][..], "--no-such-flag"),
         ] {

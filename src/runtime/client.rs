@@ -1,23 +1,33 @@
 //! The operator's client to the API server: kube's, with the operator's own
-//! retries (`api_retry`) in place of kube's, and every request counted
-//! (`api_requests`).
+//! retries (`api_retry`) in place of kube's, a bound on its requests in
+//! flight (`in_flight`), and every request counted (`api_requests`).
 
 use std::sync::Arc;
 
 use super::api_requests::CountRequests;
 use super::api_retry;
+use super::in_flight::InFlightLayer;
 use crate::metrics::Metrics;
 
-/// The client the operator runs with.
+/// The client the operator runs with; at most `in_flight` requests other
+/// than watches and the Lease's are in flight at once.
 pub fn client(
     mut config: kube::Config,
     metrics: Arc<Metrics>,
+    in_flight: usize,
 ) -> Result<kube::Client, kube::Error> {
     config.default_retry = false;
-    // Retrying sends a request again through the service below, which must
-    // therefore be shared: kube's stack is not, a buffer in front of it is.
+    // Retrying sends a request again through the service below, and the
+    // bound waits before it asks the service below, which must therefore
+    // be shared: kube's stack is not, a buffer in front of it is. Each try
+    // of a retried request takes a permit of its own, so none is held
+    // through the waits between tries.
     Ok(kube::client::ClientBuilder::try_from(config)?
         .with_layer(&tower::buffer::BufferLayer::new(api_retry::QUEUE))
+        .with_layer(&InFlightLayer::new(
+            in_flight,
+            metrics.api_requests_waiting.clone(),
+        ))
         .with_layer(&api_retry::layer())
         .with_layer(&CountRequests::new(metrics))
         .build())
@@ -76,7 +86,7 @@ mod tests {
     fn api(url: &str) -> Api<ConfigMap> {
         let config = kube::Config::new(url.parse().expect("a URL"));
         let metrics = Arc::new(Metrics::new().expect("metrics"));
-        Api::namespaced(client(config, metrics).expect("a client"), "ns")
+        Api::namespaced(client(config, metrics, 4).expect("a client"), "ns")
     }
 
     #[tokio::test]

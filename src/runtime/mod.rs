@@ -8,6 +8,7 @@ pub mod client;
 pub mod convert_manifests;
 pub mod discovery;
 pub mod http;
+pub mod in_flight;
 pub mod leader;
 pub mod logging;
 pub mod manifests;

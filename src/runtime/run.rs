@@ -41,6 +41,8 @@ pub struct RunConfig {
     pub namespace: Option<String>,
     pub election: Option<ElectionConfig>,
     pub metrics_addr: SocketAddr,
+    /// Requests in flight at once, watches and the Lease aside.
+    pub max_requests_in_flight: usize,
     pub controller: ControllerConfig,
     pub startup_timeout: Duration,
     pub reporter_instance: Option<String>,
@@ -178,7 +180,8 @@ impl ForEachWriter for OwnedWatches<'_> {
 /// from `config` whose every request is counted in the metrics.
 pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Result<(), RunError> {
     let metrics = Arc::new(Metrics::new()?);
-    let client = super::client::client(config, metrics.clone()).map_err(RunError::Client)?;
+    let client = super::client::client(config, metrics.clone(), cfg.max_requests_in_flight)
+        .map_err(RunError::Client)?;
     let readiness = Readiness::default();
     let server = http::serve(
         cfg.metrics_addr,
