@@ -250,7 +250,7 @@ async fn apply_all(
     }
     apply_wanted::<HpaChild>(ctx, hpa.as_ref(), done, &mut unavailable).await?;
     let scaled_object =
-        apply_wanted::<ScaledObjectChild>(ctx, scaled_object.as_ref(), done, &mut unavailable)
+        apply_wanted::<ScaledObjectChild>(ctx, scaled_object.as_deref(), done, &mut unavailable)
             .await?;
     let canary_name = tracks::canary_name(name);
     let canary = match (canary, canary_groups) {
@@ -315,12 +315,13 @@ async fn apply_all(
             let route = if applied.is_empty() {
                 None
             } else {
-                apply_wanted::<HttpRouteChild>(ctx, route.as_ref(), done, &mut unavailable).await?
+                apply_wanted::<HttpRouteChild>(ctx, route.as_deref(), done, &mut unavailable)
+                    .await?
             };
             (route, applied)
         }
         None => (
-            apply_wanted::<HttpRouteChild>(ctx, route.as_ref(), done, &mut unavailable).await?,
+            apply_wanted::<HttpRouteChild>(ctx, route.as_deref(), done, &mut unavailable).await?,
             Vec::new(),
         ),
     };

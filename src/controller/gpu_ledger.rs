@@ -173,7 +173,7 @@ impl Ledger {
     fn start(self: &Arc<Self>, client: &Client, metrics: &Arc<Metrics>) {
         self.started.call_once(|| {
             let nodes = watches::reported(
-                watch_fn(Api::<Node>::all(client.clone()), watcher::Config::default()),
+                watch_fn(Api::<Node>::all(client.clone()), in_pages()),
                 "nodes".into(),
                 metrics.clone(),
             )
@@ -181,7 +181,7 @@ impl Ledger {
             let pods = watches::reported(
                 watch_fn(
                     Api::<UsagePod>::all(client.clone()),
-                    watcher::Config::default().fields(ACTIVE_PODS),
+                    in_pages().fields(ACTIVE_PODS),
                 ),
                 "pods (all namespaces)".into(),
                 metrics.clone(),
@@ -325,6 +325,21 @@ fn held(pod: &Pod) -> Option<Held> {
         .filter(|(_, milli)| *milli != 0)
         .collect();
     (!resources.is_empty()).then_some(Held { node, resources })
+}
+
+/// Objects per page of the ledger's lists: a page of pods is about half a
+/// megabyte of JSON.
+const LIST_PAGE: u32 = 100;
+
+/// The ledger's watches list in pages of [`LIST_PAGE`]. A page's whole
+/// response and every object decoded from it are held at once; at kube's
+/// default of 500 pods (client-go's), the first surge decision's list was
+/// the peak of a run of 1,000 ModelServices (BENCHMARKS.md, issue 36,
+/// tenth round). Streaming lists (`sendInitialEvents`) would need no
+/// pages, but their feature is off by default before Kubernetes 1.32, and
+/// a watch that asks for them there is refused.
+fn in_pages() -> watcher::Config {
+    watcher::Config::default().page_size(LIST_PAGE)
 }
 
 #[cfg(test)]

@@ -27,33 +27,37 @@ use crate::api::lws::LeaderWorkerSet;
 /// not exist (it is deleted if it does). One field per row of the child
 /// table (`controller::children`); every use destructures it without `..`,
 /// so a new child that is not applied or rendered does not compile.
+///
+/// The children most models do without are boxed: a reconcile holds its
+/// `Children` across its writes, so their size is in every reconcile's
+/// future; inline, the absent ones made it 27 KiB of a 34 KiB future
+/// (BENCHMARKS.md, issue 36, tenth round).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Children {
     /// The pods, one per replica: with `parallelism.pipeline` 1.
     pub deployment: Option<Deployment>,
     /// The groups of pods, one per replica: with `parallelism.pipeline`
     /// above 1, in place of the Deployment.
-    pub groups: Option<LeaderWorkerSet>,
+    pub groups: Option<Box<LeaderWorkerSet>>,
     pub service: Service,
     pub hpa: Option<HorizontalPodAutoscaler>,
-    pub scaled_object: Option<ScaledObject>,
+    pub scaled_object: Option<Box<ScaledObject>>,
     /// The canary Deployment `<name>-canary`, with `rollout.canary`.
-    pub canary: Option<Deployment>,
+    pub canary: Option<Box<Deployment>>,
     /// The canary LeaderWorkerSet `<name>-canary`, with `rollout.canary`
     /// and groups, in place of the canary Deployment.
-    pub canary_groups: Option<LeaderWorkerSet>,
+    pub canary_groups: Option<Box<LeaderWorkerSet>>,
     /// The Services of each track, `<name>-stable` and `<name>-canary`,
     /// with `rollout.canary`: what a route weighs.
-    pub stable_service: Option<Service>,
-    pub canary_service: Option<Service>,
+    pub stable_service: Option<Box<Service>>,
+    pub canary_service: Option<Box<Service>>,
     /// The HTTPRoute, with `route`.
-    pub route: Option<HttpRoute>,
+    pub route: Option<Box<HttpRoute>>,
     /// The InferencePools and their endpoint pickers, with `route.backend:
     /// InferencePool`.
-    pub pools: Option<Pools>,
+    pub pools: Option<Box<Pools>>,
     /// The claim `<name>-weights` a downloaded `model.source` is kept in.
-    /// Boxed, as the Job: `Children` is moved through every reconcile's
-    /// frames by value, and most models have neither.
+    /// Boxed, as the Job.
     pub weights_claim: Option<Box<PersistentVolumeClaim>>,
     /// The Job `<name>-fetch-<hash>` that downloads it.
     pub fetch: Option<Box<Job>>,
@@ -342,13 +346,13 @@ pub fn plan(v: &ValidSpec, owner: Option<&OwnerReference>, prior: &Prior) -> Pla
             let mut g = leader_worker_set::build(&c, &d, owner);
             g.metadata = d.metadata.clone();
             g.spec.replicas = d.spec.replicas;
-            (None, Some(g))
+            (None, Some(Box::new(g)))
         }
-        (d, _) => (d, None),
+        (d, _) => (d.map(Box::new), None),
     };
     let (deployment, groups) = if grouped {
         let g = leader_worker_set::build(v, &deployment, owner);
-        (None, Some(g))
+        (None, Some(Box::new(g)))
     } else {
         (Some(deployment), None)
     };
@@ -358,13 +362,13 @@ pub fn plan(v: &ValidSpec, owner: Option<&OwnerReference>, prior: &Prior) -> Pla
             groups,
             service: service::build(v, owner, grouped && !prior.switching),
             hpa: hpa::build(v, owner),
-            scaled_object: keda::build(v, owner),
+            scaled_object: keda::build(v, owner).map(Box::new),
             canary,
             canary_groups,
-            stable_service: with_canary.map(|_| tracks::track_service(v, owner, STABLE)),
-            canary_service: with_canary.map(|_| tracks::track_service(v, owner, CANARY)),
-            route: route::build(v, owner, &backends),
-            pools,
+            stable_service: with_canary.map(|_| Box::new(tracks::track_service(v, owner, STABLE))),
+            canary_service: with_canary.map(|_| Box::new(tracks::track_service(v, owner, CANARY))),
+            route: route::build(v, owner, &backends).map(Box::new),
+            pools: pools.map(Box::new),
             weights_claim,
             fetch,
         },
@@ -429,7 +433,7 @@ impl Children {
                 role,
                 role_binding,
                 config,
-            } = p;
+            } = &**p;
             docs.extend([
                 serde_yaml::to_string(service_account)?,
                 serde_yaml::to_string(role)?,
@@ -1055,5 +1059,20 @@ spec:
                 .is_some_and(|a| a.contains_key(rollback::ANNOTATION))
         );
         assert!(p.rolled_back.is_some());
+    }
+
+    /// What a model without groups, canary, route, pools or KEDA leaves
+    /// empty costs a pointer each, not the child's size: every reconcile
+    /// in flight holds a `Children` across its writes.
+    #[test]
+    fn the_children_most_models_lack_take_no_room() {
+        let size = std::mem::size_of::<Children>();
+        let inline = std::mem::size_of::<Deployment>()
+            + std::mem::size_of::<Service>()
+            + std::mem::size_of::<HorizontalPodAutoscaler>();
+        assert!(
+            size <= inline + 16 * std::mem::size_of::<usize>(),
+            "Children is {size} bytes; the Deployment, Service and HPA are {inline}"
+        );
     }
 }

@@ -263,6 +263,9 @@ async fn with_a_free_gpu_a_one_replica_rollout_surges_and_always_has_a_ready_pod
         "a new Deployment carries no decision: it rolls nothing out"
     );
 
+    if env.fake.is_some() {
+        bystanders(&env, 130).await;
+    }
     let recorder = Recorder::start(&env, "surge").await;
     env.apply_ms_v1("surge", model(&node, &["--max-model-len", "4096"]))
         .await;
@@ -306,6 +309,12 @@ async fn with_a_free_gpu_a_one_replica_rollout_surges_and_always_has_a_ready_pod
             counts.get(fake_apiserver::Verb::List, "nodes"),
             1,
             "{counts:?}"
+        );
+        // The cluster's pods came in pages of 100, not in one response.
+        let largest = env.fake().largest_list("pods");
+        assert!(
+            (1..=100).contains(&largest),
+            "a list of the cluster's pods held {largest}, more than a page"
         );
     }
     drop(recorder);
@@ -407,6 +416,22 @@ async fn fill(env: &Env, node: &str) {
             (i64::from(ready) == replicas).then_some(())
         })
         .await;
+    }
+}
+
+/// `n` pods of someone else's, bound to a node no kubelet runs: more of
+/// the cluster's pods than one page of the operator's lists.
+async fn bystanders(env: &Env, n: usize) {
+    let pods = env.api::<k8s_openapi::api::core::v1::Pod>();
+    for i in 0..n {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("bystander-{i}")},
+            "spec": {"nodeName": "elsewhere",
+                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}))
+        .expect("a pod");
+        pods.create(&Default::default(), &pod)
+            .await
+            .expect("create a bystander pod");
     }
 }
 

@@ -193,6 +193,13 @@ impl FakeApiServer {
         self.shared().tcp_counter.snapshot()
     }
 
+    /// The most objects one list response of `resource` (as in
+    /// [`Self::counts`]) has held, of the lists that asked for pages
+    /// (`limit`): what a client's page size let through.
+    pub fn largest_list(&self, resource: &str) -> usize {
+        self.shared().pages.largest(resource)
+    }
+
     pub fn reset_counts(&self) {
         self.shared().counter.reset();
         self.shared().tcp_counter.reset();

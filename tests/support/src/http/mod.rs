@@ -291,6 +291,11 @@ fn dispatch(
                 .and_then(|l| l.parse::<usize>().ok())
                 .unwrap_or(0);
             let snapshot = shared.pages.cut(snapshot, limit);
+            if limit > 0 {
+                shared
+                    .pages
+                    .served(&t.resource_label(), snapshot.items.len());
+            }
             Ok(bytes_response(
                 StatusCode::OK,
                 snapshot.to_json(want_partial),

@@ -45,6 +45,8 @@ pub struct Pages {
 struct PagesInner {
     next_id: u64,
     rest: std::collections::BTreeMap<u64, Snapshot>,
+    /// The most items one list response held, by resource.
+    largest: std::collections::BTreeMap<String, usize>,
 }
 
 /// Continue tokens kept at once.
@@ -76,6 +78,19 @@ impl Pages {
             inner.rest.pop_first();
         }
         snapshot
+    }
+
+    /// Notes that a list response of `resource` held `items` objects.
+    pub fn served(&self, resource: &str, items: usize) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let largest = inner.largest.entry(resource.to_string()).or_default();
+        *largest = (*largest).max(items);
+    }
+
+    /// The most objects one list response of `resource` has held.
+    pub fn largest(&self, resource: &str) -> usize {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.largest.get(resource).copied().unwrap_or(0)
     }
 
     /// The rest of the list that `token` continues, or 410 Gone.
