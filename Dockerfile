@@ -12,8 +12,10 @@
 FROM rust:1.95-bookworm AS builder
 
 WORKDIR /build
-ENV CARGO_TERM_COLOR=never \
-    CARGO_PROFILE_RELEASE_STRIP=symbols
+# Symbols are stripped after the build, not by the release profile: a
+# profile setting changes every symbol's hash, and build.rs orders the code
+# by those names (link/hot-functions.txt).
+ENV CARGO_TERM_COLOR=never
 
 # 1. Dependencies only, cached as their own layer: the manifests and lock file
 #    of the workspace (root package + the dev-only members tests/support,
@@ -39,12 +41,16 @@ RUN mkdir -p src benches/convergence tests/support/src tests/fake-model-server/s
         target/release/deps/modelservice_operator-* \
         target/release/deps/libmodelservice_operator-*
 
-# 2. The operator's real sources. The benches, tests/support,
+# 2. The operator's real sources, and build.rs with the code order it gives
+#    the linker (link/). The benches, tests/support,
 #    tests/fake-model-server and xtask keep
 #    their stubs: they are dev-only and not part of a release build.
 COPY src ./src
+COPY build.rs ./
+COPY link ./link
 RUN touch src/main.rs src/lib.rs \
     && cargo build --release --locked --bin modelservice-operator \
+    && strip target/release/modelservice-operator \
     && ./target/release/modelservice-operator --version
 
 ############################ runtime ############################

@@ -1,12 +1,14 @@
 //! `cargo xtask`: writes the files derived from the Rust sources (the CRD and
 //! its copies, every RBAC file) and, in CI, fails when the committed ones are
-//! stale, so the copies cannot drift from the code or from each other.
+//! stale, so the copies cannot drift from the code or from each other. It also
+//! keeps the release binary's code order (`hot-functions`) and runs the demo.
 
 mod chart;
 mod chart_readme;
 mod config_rbac;
 mod demo;
 mod generated;
+mod hot_functions;
 mod listing;
 #[cfg(test)]
 mod read_back;
@@ -37,6 +39,13 @@ enum Command {
     /// Fail, listing them, when generated files differ from what `generate` would write.
     Check,
     /// Show the operator at work on an embedded API server with simulated GPU nodes.
+    /// The functions `build.rs` places first in the release binary
+    /// (link/hot-functions.txt): write them from callgrind outputs, or check
+    /// a built binary against them.
+    HotFunctions {
+        #[command(subcommand)]
+        action: HotFunctions,
+    },
     Demo {
         /// The operator binary to run (default: build it with cargo).
         #[arg(long)]
@@ -45,6 +54,16 @@ enum Command {
         #[arg(long)]
         exit_when_converged: bool,
     },
+}
+
+#[derive(Subcommand)]
+enum HotFunctions {
+    /// Write the list from callgrind outputs of the operator at work
+    /// (`valgrind --tool=callgrind --demangle=no`).
+    Write { profiles: Vec<std::path::PathBuf> },
+    /// Fail when a release binary holds too little of the list, or does not
+    /// hold it together.
+    Check { binary: std::path::PathBuf },
 }
 
 /// The repository, wherever cargo runs from.
@@ -65,6 +84,12 @@ fn main() -> ExitCode {
                     exit_when_converged,
                 },
             );
+        }
+        Command::HotFunctions { action } => {
+            return match action {
+                HotFunctions::Write { profiles } => hot_functions::write(root(), &profiles),
+                HotFunctions::Check { binary } => hot_functions::check(root(), &binary),
+            };
         }
         Command::Generate => generate,
         Command::Check => check,
