@@ -706,8 +706,10 @@ def dockerfile_stubs() -> str:
         base = manifest.parent.relative_to(ROOT)
         data = tomllib.loads(manifest.read_text())
         expect(f"{base}/Cargo.toml".lstrip("./") in stage or base == Path("."), f"{manifest} is not copied")
-        if "build" in data.get("package", {}) or (manifest.parent / "build.rs").exists():
-            needed.append(str(base / data["package"].get("build", "build.rs")))
+        # A declared build script needs its file; an auto-discovered build.rs
+        # does not (cargo builds without it where the file is absent).
+        if isinstance(data.get("package", {}).get("build"), str):
+            needed.append(str(base / data["package"]["build"]))
         if "bin" not in data and (manifest.parent / "src/main.rs").exists():
             needed.append(str(base / "src/main.rs"))  # the auto-discovered binary
         lib = data.get("lib")
