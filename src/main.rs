@@ -177,6 +177,7 @@ async fn run_command(args: RunArgs) -> Result<(), String> {
             first_report_wait: args.first_report_wait,
             concurrency: args.concurrency,
             events_queue: args.events_queue as usize,
+            list_page_size: args.list_page_size,
             discovery_interval: args.discovery_interval,
             surge_grace: args.surge_grace,
             surge_read_window: args.surge_read_window,

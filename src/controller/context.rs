@@ -46,6 +46,9 @@ pub struct ControllerConfig {
     /// How long one read of the cluster serves surge decisions (see
     /// `controller::surge`).
     pub surge_read_window: Duration,
+    /// Objects per page when a watch of ModelServices, their children or
+    /// their pods lists (see `runtime::reflect`).
+    pub list_page_size: u32,
     /// What the operator's flags add to every spec.
     pub defaults: crate::core::OperatorDefaults,
 }
@@ -62,6 +65,7 @@ impl Default for ControllerConfig {
             discovery_interval: Duration::from_secs(30),
             surge_grace: Duration::from_secs(10),
             surge_read_window: Duration::from_secs(5),
+            list_page_size: 500,
             defaults: Default::default(),
         }
     }

@@ -141,6 +141,7 @@ struct OwnedWatches<'a> {
     namespace: Option<&'a str>,
     metrics: &'a Arc<Metrics>,
     ctx: &'a Arc<Context>,
+    page: u32,
 }
 
 impl ForEachWriter for OwnedWatches<'_> {
@@ -164,12 +165,12 @@ impl ForEachWriter for OwnedWatches<'_> {
                 }
             };
             controller.owns_stream(without_echoes(
-                watches::gated_child_watch(api, available, gone, writer, fresh, metrics),
+                watches::gated_child_watch(api, self.page, available, gone, writer, fresh, metrics),
                 ctx,
             ))
         } else {
             controller.owns_stream(without_echoes(
-                watches::child_watch(api, writer, fresh, metrics),
+                watches::child_watch(api, self.page, writer, fresh, metrics),
                 ctx,
             ))
         });
@@ -286,7 +287,7 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
 
     let ms_stream = watches::watch(
         api::<Guarded<ModelService>>(&client, ns),
-        watcher::Config::default(),
+        watcher::Config::default().page_size(cfg.controller.list_page_size),
         ms_writer,
         // Nobody asks how far this watch has got: a reconcile judges the
         // copy it was handed (see `controller::recent::newer_than_object`).
@@ -322,6 +323,7 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
         namespace: ns,
         metrics: &metrics,
         ctx: &ctx,
+        page: cfg.controller.list_page_size,
     };
     let pod_writer = writers.each(&ctx.stores, &mut owned);
     let Some(controller) = owned.controller else {
@@ -330,6 +332,7 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
     let controller = controller.watches_stream(
         watches::pod_watch(
             api::<PodView>(&client, ns),
+            cfg.controller.list_page_size,
             pod_writer,
             ctx.stores.pods.fresh.clone(),
             metrics.clone(),

@@ -163,9 +163,18 @@ where
     })
 }
 
+/// The watch of everything the operator labelled, listed `page` objects at
+/// a time.
+fn ours(page: u32) -> watcher::Config {
+    watcher::Config::default()
+        .labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"))
+        .page_size(page)
+}
+
 /// A child watch: only the objects the operator labelled.
 pub fn child_watch<K>(
     api: Api<K>,
+    page: u32,
     writer: reflector::store::Writer<K>,
     fresh: Arc<Freshness>,
     metrics: Arc<Metrics>,
@@ -173,7 +182,7 @@ pub fn child_watch<K>(
 where
     K: Watched,
 {
-    let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+    let config = ours(page);
     watch(api, config, writer, fresh, metrics, |_| {}).touched_objects()
 }
 
@@ -182,11 +191,12 @@ where
 /// `controller::pods`), so that a healthy rollout starts no reconcile here.
 pub fn pod_watch(
     api: Api<PodView>,
+    page: u32,
     writer: PodWriter,
     fresh: Arc<Freshness>,
     metrics: Arc<Metrics>,
 ) -> impl Stream<Item = Result<PodView, watcher::Error>> + Send {
-    let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+    let config = ours(page);
     let mut problems = ProblemMemory::default();
     let PodWriter { writer, index } = writer;
     watch(api, config, writer, fresh, metrics, |_| {})
@@ -223,6 +233,7 @@ pub fn is_gone(e: &watcher::Error) -> bool {
 /// rather than at the next discovery.
 pub fn gated_child_watch<K>(
     api: Api<K>,
+    page: u32,
     available: tokio::sync::watch::Receiver<bool>,
     gone: impl Fn() + Clone + Send + Sync + 'static,
     writer: reflector::store::Writer<K>,
@@ -233,7 +244,7 @@ where
     K: Watched,
 {
     let resource: Arc<str> = K::plural(&()).into();
-    let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+    let config = ours(page);
     let runs = futures::stream::unfold(available, move |mut available| {
         let (api, config, resource, metrics, on_gone) = (
             api.clone(),

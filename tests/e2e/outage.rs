@@ -332,11 +332,15 @@ async fn all_converged(env: &Env, names: &[String], arg: &str, what: &str) {
 /// created can fail its post-start Service IP repair (one CAS conflict on the
 /// allocation bitmap) and exit a minute later, whoever creates the Services.
 /// A rollout creates no Services, so it takes the apiserver restart.
+///
+/// The operator lists 20 objects a page, so that its relists after the
+/// outages come in pages, as they do at the default of 500 from 500
+/// ModelServices on (see `a_paged_relist_reconciles_what_changed_while_the_watch_was_away`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cold_start_and_a_rollout_survive_outages() {
     const TEST: &str = "a_cold_start_and_a_rollout_survive_outages";
     let env = Env::new().await;
-    let op = env.operator().start();
+    let op = env.operator().arg("--list-page-size=20").start();
     op.ready().await;
     let names: Vec<String> = (0..200).map(|i| format!("cold-{i}")).collect();
     let with = |arg: &'static str| {
@@ -409,5 +413,73 @@ async fn failing_child_watches_never_delay_the_modelservice_watch() {
         "the HPA watch failed {failed} times: the fault was not injected"
     );
     fake.clear_faults();
+    env.finish().await;
+}
+
+/// A relist hands each listed ModelService to a reconcile only once the
+/// cache holds the listed version. The bug: the watcher handed on each page
+/// as it came, while the cache kept what it held before the relist until
+/// the last page was in, so a ModelService changed while its watch was away
+/// was reconciled as it had been, and one created meanwhile was dropped as
+/// "not found"; neither was reconciled again until the resync. Lists come in
+/// pages of 500, so any cluster with more ModelServices than that could
+/// lose changes in an apiserver restart. Here the fake stops the relist
+/// after its first page, which holds a changed and a new ModelService.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paged_relist_reconciles_what_changed_while_the_watch_was_away() {
+    use fake_apiserver::Verb;
+    const TEST: &str = "a_paged_relist_reconciles_what_changed_while_the_watch_was_away";
+    if !needs_fake(TEST) {
+        return;
+    }
+    let env = Env::new().await;
+    let op = env.operator().arg("--list-page-size=2").start();
+    op.ready().await;
+    let names: Vec<String> = (0..5).map(|i| format!("m-{i}")).collect();
+    for n in &names {
+        env.apply_ms(n, spec("--v1")).await;
+    }
+    all_converged(&env, &names, "--v1", "5 ModelServices to converge").await;
+
+    let fake = env.fake();
+    const MS: &str = "modelservices";
+    fake.hold(Verb::Watch, MS);
+    fake.hold_pages(MS);
+    // The watch ends, and its resourceVersion stays where it was while the
+    // re-watch is held. A write past it and a second expiry make sure the
+    // re-watch gets 410 and must relist: a re-watch from the newest
+    // version, which a status write just before the first expiry would
+    // leave it at, is served without one.
+    assert!(fake.expire_watches(MS));
+    let marker =
+        serde_json::from_value(json!({"metadata": {"name": "marker"}})).expect("a ConfigMap");
+    env.api::<k8s_openapi::api::core::v1::ConfigMap>()
+        .create(&Default::default(), &marker)
+        .await
+        .expect("create a ConfigMap");
+    assert!(fake.expire_watches(MS));
+    for n in &names {
+        env.apply_ms(n, spec("--v2")).await;
+    }
+    // Lists are in name order: the first page holds "a-new" and "m-0".
+    env.apply_ms("a-new", spec("--v2")).await;
+    let lists = fake.counts().get(Verb::List, MS);
+    fake.release(Verb::Watch, MS);
+    wait_for("the relist's second page", CONVERGE, || async {
+        (fake.counts().get(Verb::List, MS) >= lists + 2).then_some(())
+    })
+    .await;
+    // Time for whatever the first page started to run.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    fake.release_pages(MS);
+
+    let mut all = names.clone();
+    all.push("a-new".into());
+    for n in &all {
+        wait_for(&format!("{n} at --v2 after the relist"), HEARD, || {
+            has_arg(&env, n, "--v2")
+        })
+        .await;
+    }
     env.finish().await;
 }

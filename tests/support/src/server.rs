@@ -241,6 +241,19 @@ impl FakeApiServer {
         self.shared().holds.release(verb, resource);
     }
 
+    /// Holds the later pages of every paginated list of `resource` (a
+    /// request with a continue token) until [`Self::release_pages`]; first
+    /// pages are served. A client's relist then stops between pages.
+    pub fn hold_pages(&self, resource: &str) {
+        self.shared().holds.hold(Verb::List, &continued(resource));
+    }
+
+    pub fn release_pages(&self, resource: &str) {
+        self.shared()
+            .holds
+            .release(Verb::List, &continued(resource));
+    }
+
     /// Like an API server restart, as `../shared/k8s/restart kube-apiserver`
     /// does it to a real one: all watches end, clients over TCP are turned
     /// away for [`RESTART_OUTAGE`], and the event history is compacted (a
@@ -365,4 +378,9 @@ impl FakeApiServer {
     pub fn resource_version(&self) -> u64 {
         self.shared().lock().rv
     }
+}
+
+/// The hold label of the later pages of `resource`'s lists.
+pub(crate) fn continued(resource: &str) -> String {
+    format!("{resource} (continued)")
 }

@@ -186,6 +186,12 @@ async fn handle(
     }
     shared.gate.wait_resumed().await;
     shared.holds.wait_released(verb, &label).await;
+    if verb == Verb::List && q.get("continue").is_some_and(|c| !c.is_empty()) {
+        shared
+            .holds
+            .wait_released(verb, &crate::server::continued(&label))
+            .await;
+    }
 
     let info = {
         let store = shared.lock();
