@@ -3,7 +3,7 @@
 //! kubeconfig.
 //!
 //! `cargo bench --bench convergence -- [--n 100,1000,5000] [--concurrency 32]
-//! [--runs 2] [--variant gpu,nogpu] [--idle SECONDS] [--quick]`
+//! [--runs 2] [--variant gpu,nogpu] [--idle SECONDS] [--restart] [--quick]`
 //!
 //! At scale, on a cluster: `MODELSERVICE_E2E=1 cargo bench --bench
 //! convergence -- --n 10000 --variant gpu --runs 1` (a cold phase takes up to
@@ -38,12 +38,16 @@
 //! ModelService (`modelservice_reconcile_total`); then a summary against the
 //! issue's targets. On the fake it also times the 4- and 5-write minimal
 //! clients (`minimal.rs`), and everywhere create-to-Deployment latency on an
-//! idle server (not with `--quick`). It prints Markdown; it asserts nothing.
+//! idle server (not with `--quick`). With `--restart`, each operator run
+//! ends with the operator started again over its N converged ModelServices
+//! (`restart.rs`): time to ready, writes, list requests and the new
+//! process's peak RSS. It prints Markdown; it asserts nothing.
 
 mod backend;
 mod bare;
 mod measure;
 mod minimal;
+mod restart;
 mod tracker;
 
 use std::path::Path;
@@ -476,6 +480,8 @@ struct OpRun {
     idle_writes: f64,
     peak_kib: u64,
     agree: bool,
+    /// With `--restart`.
+    restart: Option<restart::Restart>,
 }
 
 /// One phase of an operator run.
@@ -598,8 +604,16 @@ async fn run_operator(
     wrapper: &str,
 ) -> Option<OpRun> {
     let b = Backend::new(run, variant).await?;
-    let op = Operator::start(b.kubeconfig(), b.namespace(), o.concurrency, wrapper);
-    let out = operator_phases(&b, &op, n, o).await;
+    let mut op = Operator::start(b.kubeconfig(), b.namespace(), o.concurrency, wrapper);
+    let mut out = operator_phases(&b, &op, n, o).await;
+    if o.restart
+        && let Some(r) = out.as_mut()
+    {
+        drop(op);
+        let started = Instant::now();
+        op = Operator::start(b.kubeconfig(), b.namespace(), o.concurrency, wrapper);
+        r.restart = restart::measure(&op, n, o, started).await;
+    }
     // The operator removes its finalizers while the namespace goes.
     b.finish().await;
     drop(op);
@@ -684,6 +698,7 @@ async fn operator_phases(b: &Backend, op: &Operator, n: usize, o: &Opts) -> Opti
         idle_writes: writes(&idle.operator),
         peak_kib: mem.peak,
         agree,
+        restart: None,
     })
 }
 
@@ -814,6 +829,7 @@ struct Opts {
     runs: usize,
     idle: Duration,
     quick: bool,
+    restart: bool,
 }
 
 impl Opts {
@@ -875,6 +891,7 @@ impl Opts {
             runs,
             idle: Duration::from_secs(idle),
             quick,
+            restart: args.iter().any(|a| a == "--restart"),
         }
     }
 }
@@ -1117,6 +1134,18 @@ fn main() {
             summary_rows(*n, *variant, ops, bares, cluster, "operator");
             if !befores.is_empty() {
                 operator_row(*n, *variant, befores, bares, cluster, "operator before");
+            }
+        }
+        if o.restart {
+            println!();
+            println!("The operator started again over the N converged ModelServices (`--restart`): from its start to /readyz; its writes and list requests from its start to the end of the idle {} s after ready; its peak RSS.", o.idle.as_secs());
+            println!();
+            println!("| N | variant | client | ready after | writes | list requests | peak RSS (VmHWM) |");
+            println!("|---|---|---|---|---|---|---|");
+            for (n, variant, ops, _, befores) in &results {
+                let restarts = |runs: &[OpRun]| runs.iter().filter_map(|r| r.restart).collect::<Vec<_>>();
+                restart::row(*n, variant.name(), "operator", &restarts(ops));
+                restart::row(*n, variant.name(), "operator before", &restarts(befores));
             }
         }
         if cluster {
