@@ -63,6 +63,19 @@ pub async fn measure(op: &Operator, n: usize, o: &Opts, started: Instant) -> Opt
         mem.anon as f64 / 1024.0,
         mem.file as f64 / 1024.0,
     );
+    let written: Vec<String> = counted
+        .iter()
+        .filter(|(k, v)| {
+            **v > 0.0
+                && !k.starts_with("list ")
+                && !k.starts_with("watch ")
+                && !k.starts_with("get ")
+        })
+        .map(|(k, v)| format!("{k} {v:.0}"))
+        .collect();
+    if !written.is_empty() {
+        println!("restart writes: {}", written.join("; "));
+    }
     Some(r)
 }
 

@@ -65,7 +65,7 @@ impl Default for ControllerConfig {
             discovery_interval: Duration::from_secs(30),
             surge_grace: Duration::from_secs(10),
             surge_read_window: Duration::from_secs(5),
-            list_page_size: 500,
+            list_page_size: 100,
             defaults: Default::default(),
         }
     }

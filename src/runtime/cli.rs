@@ -88,7 +88,7 @@ pub struct RunArgs {
     pub events_queue: u32,
 
     /// Objects per page when the operator lists ModelServices, their children or their pods, at start and after a watch is lost (1-10000): a smaller page holds less in memory at once, for more requests.
-    #[arg(long, env = "LIST_PAGE_SIZE", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(long, env = "LIST_PAGE_SIZE", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub list_page_size: u32,
 
     /// How often a settled ModelService is reconciled anyway, as a safety net (e.g. 5m).

@@ -13,9 +13,9 @@
 //! reconcile once the cache had the new version: the change was lost until
 //! the resync. One created meanwhile was not in the cache at all, and its
 //! reconcile was dropped as "object not found". The same held for a child
-//! changed behind our back. Lists come in pages of 500 (`--list-page-size`),
-//! so from 500 objects on the window is a whole round trip per page (found
-//! by the outage scenario with every watch paged). So the listed objects
+//! changed behind our back. Lists come in pages (`--list-page-size`, 100),
+//! so past a page's worth of objects the window is a whole round trip per
+//! page (found by the outage scenario with every watch paged). So the listed objects
 //! are held back and follow the swap, read from the cache itself, before
 //! the `InitDone` that closes them; the pod index and the freshness marks
 //! downstream see the same list, in the same order, only later. client-go's

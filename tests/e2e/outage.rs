@@ -334,7 +334,7 @@ async fn all_converged(env: &Env, names: &[String], arg: &str, what: &str) {
 /// A rollout creates no Services, so it takes the apiserver restart.
 ///
 /// The operator lists 20 objects a page, so that its relists after the
-/// outages come in pages, as they do at the default of 500 from 500
+/// outages come in pages, as they do at the default of 100 from 100
 /// ModelServices on (see `a_paged_relist_reconciles_what_changed_while_the_watch_was_away`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cold_start_and_a_rollout_survive_outages() {
@@ -422,8 +422,9 @@ async fn failing_child_watches_never_delay_the_modelservice_watch() {
 /// the last page was in, so a ModelService changed while its watch was away
 /// was reconciled as it had been, and one created meanwhile was dropped as
 /// "not found"; neither was reconciled again until the resync. Lists come in
-/// pages of 500, so any cluster with more ModelServices than that could
-/// lose changes in an apiserver restart. Here the fake stops the relist
+/// pages (client-go's and kube's 500, the operator's 100 since), so any
+/// cluster with more ModelServices than a page could lose changes in an
+/// apiserver restart. Here the fake stops the relist
 /// after its first page, which holds a changed and a new ModelService.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paged_relist_reconciles_what_changed_while_the_watch_was_away() {
