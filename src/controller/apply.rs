@@ -607,8 +607,8 @@ async fn apply_one<C: Child>(
         return Ok((desired, (Outcome::Unchanged, kind.into_owned(), name)));
     }
     let api: Api<Cached<C>> = Api::namespaced(ctx.client.clone(), &ns);
-    ensure_ours::<C>(&api, desired, current.as_deref()).await?;
     if let Some(cur) = &current {
+        ours::<C>(desired, Some(cur.meta()))?;
         // A child stamped with another fingerprint cannot hold the desired
         // object (the stamp is part of it): no need to compare the rest.
         let stamped = cur.annotation(ANNOTATION).as_deref() == Some(fingerprint.as_str());
@@ -630,9 +630,21 @@ async fn apply_one<C: Child>(
             ));
         }
     }
+    // Only the text of the desired object goes on from here. A reconcile
+    // waits on the API server below, and in a rollout every running one does
+    // at once: the parsed tree is several times the size of its text.
+    let body =
+        serde_json::value::to_raw_value(&desired_json).map_err(|source| Error::Serialize {
+            what: "child",
+            source,
+        })?;
+    drop(desired_json);
+    if current.is_none() {
+        ensure_ours_uncached::<C>(&api, desired).await?;
+    }
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     let applied = api
-        .patch(&name, &pp, &Patch::Apply(&desired_json))
+        .patch(&name, &pp, &Patch::Apply(&*body))
         .await
         .map_err(|e| Error::kube(format!("applying {kind} {ns}/{name}"), e))?;
     // The child as our apply left it counts as holding what we applied,
@@ -669,26 +681,27 @@ async fn apply_one<C: Child>(
 /// Taking that shortcut while the cache lagged let `pair-canary`'s apply
 /// take over `pair`'s canary (one field manager for both), a child of
 /// another ModelService.
-async fn ensure_ours<C: Child>(
+async fn ensure_ours_uncached<C: Child>(
     api: &Api<Cached<C>>,
     desired: &C::Object,
-    cached: Option<&Cached<C>>,
 ) -> Result<(), Error> {
     let kind = C::Object::kind(&());
+    let name = desired.meta().name.as_deref().unwrap_or_default();
+    // Metadata only: the owner references are all it needs, and the API
+    // server then encodes no spec.
+    let found = api
+        .get_metadata_opt(name)
+        .await
+        .map_err(|e| Error::kube(format!("looking up {kind} {name}"), e))?;
+    ours::<C>(desired, found.as_ref().map(|o| &o.metadata))
+}
+
+/// Fails with a conflict unless `found`, the object named like `desired`
+/// (`None`: there is none), is ours to write.
+fn ours<C: Child>(desired: &C::Object, found: Option<&kube::api::ObjectMeta>) -> Result<(), Error> {
+    let kind = C::Object::kind(&());
     let owner = ownership::controller_uid(desired.meta()).unwrap_or_default();
-    let found = match cached {
-        Some(c) => Some(c.meta().clone()),
-        None => {
-            let name = desired.meta().name.as_deref().unwrap_or_default();
-            // Metadata only: the owner references are all it needs, and the
-            // API server then encodes no spec.
-            api.get_metadata_opt(name)
-                .await
-                .map_err(|e| Error::kube(format!("looking up {kind} {name}"), e))?
-                .map(|o| o.metadata)
-        }
-    };
-    match found.and_then(|m| ownership::check(&kind, &m, owner)) {
+    match found.and_then(|m| ownership::check(&kind, m, owner)) {
         Some(conflict) => Err(conflict.into()),
         None => Ok(()),
     }

@@ -41,7 +41,12 @@ use crate::core::tracks::TRACK_LABEL;
 /// [`PodView::to_pod`] gives diagnosis the `Pod` it reads.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PodView {
+    /// Its `labels` are always `None`: see `labels`.
     metadata: ObjectMeta,
+    /// The kept labels, beside the metadata: a map costs a 544-byte B-tree
+    /// node even for one entry, more than the rest of a cached pod's
+    /// metadata, and there is one per pod in the cluster.
+    labels: Vec<(&'static str, Box<str>)>,
     /// The `PodScheduled` condition, when the pod has one.
     scheduled: Option<Box<PodCondition>>,
     containers: Vec<ContainerSeen>,
@@ -136,6 +141,10 @@ impl Resource for PodView {
     }
 }
 
+/// The labels a cached pod keeps: whose pod it is, of which track, and a
+/// group member's place in its group.
+const KEPT_LABELS: [&str; 4] = [INSTANCE_LABEL, TRACK_LABEL, GROUP_INDEX, WORKER_INDEX];
+
 /// The pod as it comes from the wire; every field not named here is skipped.
 #[derive(Deserialize)]
 struct Wire {
@@ -213,11 +222,15 @@ impl ContainerWire {
 impl<'de> Deserialize<'de> for PodView {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let w = Wire::deserialize(d)?;
-        let mut labels = w.metadata.labels;
-        // A group's member is named by its place in the group.
-        labels.retain(|k, _| {
-            k == INSTANCE_LABEL || k == TRACK_LABEL || k == GROUP_INDEX || k == WORKER_INDEX
-        });
+        let labels = w
+            .metadata
+            .labels
+            .into_iter()
+            .filter_map(|(k, v)| {
+                let kept = KEPT_LABELS.into_iter().find(|kept| *kept == k)?;
+                Some((kept, v.into_boxed_str()))
+            })
+            .collect();
         let metadata = ObjectMeta {
             name: w.metadata.name,
             namespace: w.metadata.namespace,
@@ -225,13 +238,13 @@ impl<'de> Deserialize<'de> for PodView {
             uid: w.metadata.uid,
             creation_timestamp: w.metadata.creation_timestamp,
             deletion_timestamp: w.metadata.deletion_timestamp,
-            labels: (!labels.is_empty()).then_some(labels),
             ..ObjectMeta::default()
         };
         let status = w.status.unwrap_or_default();
         let seen = |v: Vec<ContainerWire>| v.into_iter().map(ContainerWire::seen).collect();
         Ok(PodView {
             metadata,
+            labels,
             scheduled: status
                 .conditions
                 .into_iter()
@@ -245,7 +258,10 @@ impl<'de> Deserialize<'de> for PodView {
 
 impl PodView {
     fn label(&self, key: &str) -> Option<&str> {
-        self.metadata.labels.as_ref()?.get(key).map(String::as_str)
+        self.labels
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| &**v)
     }
 
     /// The pod as diagnosis reads it: only the kept fields are set.
@@ -253,8 +269,16 @@ impl PodView {
         let list = |v: &[ContainerSeen]| {
             (!v.is_empty()).then(|| v.iter().map(ContainerSeen::to_status).collect())
         };
+        let labels = self
+            .labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.to_string()))
+            .collect::<BTreeMap<_, _>>();
         Pod {
-            metadata: self.metadata.clone(),
+            metadata: ObjectMeta {
+                labels: (!labels.is_empty()).then_some(labels),
+                ..self.metadata.clone()
+            },
             spec: None,
             status: Some(PodStatus {
                 conditions: self.scheduled.as_deref().map(|c| vec![c.clone()]),
@@ -510,6 +534,24 @@ mod tests {
     }
 
     #[test]
+    fn the_kept_labels_are_held_outside_the_metadata_and_given_back_to_diagnosis() {
+        let cached = view(wire("c", Some("canary"), json!({})));
+        assert_eq!(cached.metadata.labels, None);
+        assert_eq!(cached.label(INSTANCE_LABEL), Some("m"));
+        assert_eq!(cached.label(TRACK_LABEL), Some("canary"));
+        assert_eq!(cached.label("pod-template-hash"), None);
+        let pod = cached.to_pod();
+        let labels = pod.metadata.labels.unwrap_or_default();
+        assert_eq!(
+            labels.into_iter().collect::<Vec<_>>(),
+            [
+                (INSTANCE_LABEL.to_string(), "m".to_string()),
+                (TRACK_LABEL.to_string(), "canary".to_string())
+            ]
+        );
+    }
+
+    #[test]
     fn keeps_what_diagnosis_reads_and_nothing_else() {
         let pod = unschedulable("a").to_pod();
         let labels = pod.metadata.labels.clone().unwrap_or_default();
@@ -606,7 +648,7 @@ mod tests {
             index: index.clone(),
         };
         let mut other = running("o");
-        other.metadata.labels = Some(BTreeMap::from([(INSTANCE_LABEL.into(), "n".into())]));
+        other.labels = vec![(INSTANCE_LABEL, "n".into())];
         for p in [
             running("a"),
             view(wire("c", Some("canary"), json!({}))),
