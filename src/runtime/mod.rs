@@ -5,6 +5,7 @@ pub mod api_requests;
 pub mod api_retry;
 pub mod cli;
 pub mod client;
+pub mod code_pages;
 pub mod convert_manifests;
 pub mod discovery;
 pub mod http;

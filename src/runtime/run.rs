@@ -17,7 +17,7 @@ use super::http::{self, Readiness};
 use super::leader::{self, ElectionConfig};
 use super::shutdown::Shutdown;
 use super::startup::{self, StartupError};
-use super::{discovery, storage_migration, watches};
+use super::{code_pages, discovery, storage_migration, watches};
 use crate::api::ModelService;
 use crate::controller::apply::FIELD_MANAGER;
 use crate::controller::children::{Cached, Child, ForEachWriter};
@@ -261,6 +261,11 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
             if synced(&main).await && children.wait_ready().await {
                 info!("caches synced; ready");
                 readiness.set_ready();
+                let bytes = code_pages::hand_back();
+                info!(
+                    kib = bytes / 1024,
+                    "handed back the pages of code and read-only data mapped at start"
+                );
             }
         });
     }

@@ -86,15 +86,31 @@ pub fn executed(profile: &str) -> BTreeMap<String, u64> {
     out
 }
 
-/// The list's text: the most run first (the hottest code shares the fewest
-/// pages), then by name, so that the same profile writes the same file.
-pub fn list_text(executed: &BTreeMap<String, u64>) -> String {
-    let mut names: Vec<(&String, &u64)> = executed
-        .iter()
-        .filter(|(name, _)| !name.is_empty() && !name.contains(' ') && !name.starts_with("0x"))
-        .collect();
-    names.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-    names.into_iter().map(|(n, _)| format!("{n}\n")).collect()
+/// The list's text: first what ran after the start, then what ran only
+/// during it; in each part the most run first (the hottest code shares the
+/// fewest pages), then by name, so that the same profiles write the same
+/// file. The operator hands the binary's pages back once it has started
+/// (`src/runtime/code_pages.rs`): only the first part's pages come back, and
+/// they lie together.
+pub fn list_text(after_start: &BTreeMap<String, u64>, start: &BTreeMap<String, u64>) -> String {
+    let listable =
+        |name: &String| !name.is_empty() && !name.contains(' ') && !name.starts_with("0x");
+    let sorted = |m: &BTreeMap<String, u64>, skip: &dyn Fn(&String) -> bool| {
+        let mut names: Vec<(String, u64)> = m
+            .iter()
+            .filter(|(name, _)| listable(name) && !skip(name))
+            .map(|(n, c)| (n.clone(), *c))
+            .collect();
+        names.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        names
+    };
+    let first = sorted(after_start, &|_| false);
+    let then = sorted(start, &|name| after_start.contains_key(name));
+    first
+        .into_iter()
+        .chain(then)
+        .map(|(n, _)| format!("{n}\n"))
+        .collect()
 }
 
 /// What a binary holds of the list.
@@ -146,26 +162,37 @@ pub fn layout(list: &str, symbols: &str) -> Layout {
     }
 }
 
-pub fn write(root: &Path, profiles: &[std::path::PathBuf]) -> ExitCode {
+/// The functions of the profiles, their costs summed.
+fn executed_in(profiles: &[std::path::PathBuf]) -> Result<BTreeMap<String, u64>, String> {
     let mut all = BTreeMap::new();
     for p in profiles {
-        match std::fs::read_to_string(p) {
-            Ok(text) => {
-                for (name, cost) in executed(&text) {
-                    *all.entry(name).or_insert(0) += cost;
-                }
-            }
-            Err(e) => {
-                eprintln!("xtask: {}: {e}", p.display());
-                return ExitCode::FAILURE;
-            }
+        let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+        for (name, cost) in executed(&text) {
+            *all.entry(name).or_insert(0) += cost;
         }
     }
-    if all.is_empty() {
+    Ok(all)
+}
+
+/// `profiles`: of the operator after its start; `start`: of its start, up to
+/// where it hands its pages back (callgrind's `--dump-after`, README).
+pub fn write(
+    root: &Path,
+    profiles: &[std::path::PathBuf],
+    start: &[std::path::PathBuf],
+) -> ExitCode {
+    let (after_start, start) = match (executed_in(profiles), executed_in(start)) {
+        (Ok(a), Ok(s)) => (a, s),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("xtask: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if after_start.is_empty() {
         eprintln!("xtask: no function of `{BINARY}` in the profiles");
         return ExitCode::FAILURE;
     }
-    let text = list_text(&all);
+    let text = list_text(&after_start, &start);
     if let Err(e) = std::fs::write(root.join(LIST), &text) {
         eprintln!("xtask: {LIST}: {e}");
         return ExitCode::FAILURE;
@@ -258,7 +285,23 @@ fn=(1)
         .into_iter()
         .collect();
         assert_eq!(ex, expect);
-        assert_eq!(list_text(&ex), "_ZN3hot17hE\n_ZN4main17hE\n");
+        assert_eq!(
+            list_text(&ex, &BTreeMap::new()),
+            "_ZN3hot17hE\n_ZN4main17hE\n"
+        );
+    }
+
+    #[test]
+    fn what_runs_after_the_start_comes_first_however_little_it_runs() {
+        let map = |pairs: &[(&str, u64)]| -> BTreeMap<String, u64> {
+            pairs.iter().map(|(n, c)| (n.to_string(), *c)).collect()
+        };
+        let after = map(&[("reconcile", 50), ("watch", 900)]);
+        let start = map(&[("schema", 10_000), ("reconcile", 5), ("clap", 20)]);
+        assert_eq!(
+            list_text(&after, &start),
+            "watch\nreconcile\nschema\nclap\n"
+        );
     }
 
     #[test]

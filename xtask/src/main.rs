@@ -60,7 +60,14 @@ enum Command {
 enum HotFunctions {
     /// Write the list from callgrind outputs of the operator at work
     /// (`valgrind --tool=callgrind --demangle=no`).
-    Write { profiles: Vec<std::path::PathBuf> },
+    Write {
+        /// Outputs of the operator after its start (`hot.<pid>.out`).
+        profiles: Vec<std::path::PathBuf>,
+        /// Outputs of its start, up to where it hands its pages back
+        /// (`hot.<pid>.out.1`, from `--dump-after`): listed last.
+        #[arg(long)]
+        start: Vec<std::path::PathBuf>,
+    },
     /// Fail when a release binary holds too little of the list, or does not
     /// hold it together.
     Check { binary: std::path::PathBuf },
@@ -87,7 +94,9 @@ fn main() -> ExitCode {
         }
         Command::HotFunctions { action } => {
             return match action {
-                HotFunctions::Write { profiles } => hot_functions::write(root(), &profiles),
+                HotFunctions::Write { profiles, start } => {
+                    hot_functions::write(root(), &profiles, &start)
+                }
                 HotFunctions::Check { binary } => hot_functions::check(root(), &binary),
             };
         }
