@@ -15,22 +15,46 @@
 //! lies together (BENCHMARKS.md, "Issue 36, fourteenth round").
 //!
 //! Only a mapping that is private, not writable, and holds no page of its
-//! own (none copied on write, none dirty) is dropped: each of its pages is
-//! then the page cache's page of the file, and after the drop the next
-//! access maps that same page again, so no thread can read a different
-//! byte. The relocated read-only data (RELRO) was written by the loader
-//! before `main`, holds pages of its own, and so is never dropped.
+//! own (none copied on write: `Anonymous` is 0) is dropped: each of its
+//! pages is then the page cache's page of the file, and after the drop the
+//! next access maps that same page again, so no thread can read a
+//! different byte. A binary written a moment ago (a fresh build, a copy)
+//! is dirty in the page cache, and its pages show as `Private_Dirty`; they
+//! are still the file's, so they are dropped too. The relocated read-only
+//! data (RELRO) was written by the loader before `main`, holds pages of its
+//! own, and so is never dropped.
+//!
+//! The binary's own file gets two more steps: its mappings are marked
+//! `MADV_RANDOM` (no read-ahead), and once they are dropped, its cached
+//! pages that no process maps any more are evicted (`POSIX_FADV_DONTNEED`).
+//! A page of an evicted file is read again when touched: the read-only
+//! data then comes back a page at a time instead of a 64 KiB window or a
+//! whole large folio (Linux 6.18 maps a cached folio whole), while the code
+//! still comes back about 64 KiB at a time (the kernel reads around a fault
+//! in executable mappings whatever the advice). What that is worth is in
+//! BENCHMARKS.md ("Issue 36, fifteenth round"): less resident once the
+//! load has passed, not a lower peak. The libraries are left cached: they
+//! are shared with every other process on the node.
 
 use std::ops::Range;
 
-/// The ranges of `smaps` (the text of `/proc/self/smaps`) that map a file
-/// privately and read-only, with no page of their own.
-pub fn clean_mappings(smaps: &str) -> Vec<Range<usize>> {
+/// A mapping that can be handed back: its addresses, and whether it maps
+/// the operator's own binary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Clean {
+    pub range: Range<usize>,
+    pub own: bool,
+}
+
+/// The mappings of `smaps` (the text of `/proc/self/smaps`) that map a file
+/// privately and read-only, with no page of their own; `exe` is the path of
+/// the operator's binary, as `/proc/self/exe` names it.
+pub fn clean_mappings(smaps: &str, exe: &str) -> Vec<Clean> {
     let mut out = Vec::new();
-    let mut current: Option<(Range<usize>, bool)> = None;
-    let mut close = |m: Option<(Range<usize>, bool)>| {
-        if let Some((range, true)) = m {
-            out.push(range);
+    let mut current: Option<(Clean, bool)> = None;
+    let mut close = |m: Option<(Clean, bool)>| {
+        if let Some((clean, true)) = m {
+            out.push(clean);
         }
     };
     for line in smaps.lines() {
@@ -40,9 +64,16 @@ pub fn clean_mappings(smaps: &str) -> Vec<Range<usize>> {
                 && header.perms.starts_with('r')
                 && header.perms.get(1..2) == Some("-")
                 && header.perms.get(3..4) == Some("p");
-            current = Some((header.range, eligible));
+            let own = !exe.is_empty() && header.path == exe;
+            current = Some((
+                Clean {
+                    range: header.range,
+                    own,
+                },
+                eligible,
+            ));
         } else if let Some((key, kib)) = field(line)
-            && matches!(key, "Anonymous" | "Private_Dirty" | "Shared_Dirty")
+            && key == "Anonymous"
             && kib != 0
             && let Some((_, eligible)) = current.as_mut()
         {
@@ -79,40 +110,69 @@ fn field(line: &str) -> Option<(&str, u64)> {
     Some((key, kib))
 }
 
-/// Drops the clean read-only file pages from this process's page tables;
-/// returns how many bytes of mappings were dropped. Failing costs memory, never
-/// correctness, so every failure just returns 0.
+/// What was handed back: bytes of mappings dropped, and whether the
+/// binary's cached pages were evicted.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct HandedBack {
+    pub bytes: usize,
+    pub evicted: bool,
+}
+
+/// Drops the clean read-only file pages from this process's page tables,
+/// and evicts the binary's own pages from the page cache (module doc).
+/// Failing costs memory, never correctness, so a failed step is skipped.
 ///
 /// Not inlined: `link/hot-functions.txt` is written from a profile split
 /// where this returns (README, "The release binary's code order").
 #[inline(never)]
-pub fn hand_back() -> usize {
+pub fn hand_back() -> HandedBack {
     #[cfg(target_os = "linux")]
     {
+        use rustix::mm::{Advice, madvise};
         let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
-            return 0;
+            return HandedBack::default();
         };
-        let mut bytes = 0;
-        for range in clean_mappings(&smaps) {
+        let exe = std::fs::read_link("/proc/self/exe")
+            .ok()
+            .and_then(|p| p.to_str().map(str::to_owned))
+            .unwrap_or_default();
+        let clean = clean_mappings(&smaps, &exe);
+        let advise = |range: &Range<usize>, advice| {
             // SAFETY: the range is a whole private, read-only file mapping
-            // without a page of its own (see the module doc): after
-            // MADV_DONTNEED every access maps the same page of the file
-            // again, so no byte behind any reference into it changes.
-            let done = unsafe {
-                rustix::mm::madvise(
-                    range.start as *mut std::ffi::c_void,
-                    range.len(),
-                    rustix::mm::Advice::LinuxDontNeed,
-                )
-            };
-            if done.is_ok() {
-                bytes += range.len();
+            // without a page of its own (see the module doc). MADV_RANDOM
+            // only turns read-ahead off; after MADV_DONTNEED every access
+            // maps the same bytes of the file again, so no byte behind any
+            // reference into it changes.
+            unsafe { madvise(range.start as *mut std::ffi::c_void, range.len(), advice) }.is_ok()
+        };
+        // Before the drop, so that no fault in between reads ahead.
+        for c in clean.iter().filter(|c| c.own) {
+            advise(&c.range, Advice::Random);
+        }
+        let mut handed = HandedBack::default();
+        for c in &clean {
+            if advise(&c.range, Advice::LinuxDontNeed) {
+                handed.bytes += c.range.len();
             }
         }
-        bytes
+        handed.evicted = clean.iter().any(|c| c.own) && evict_binary();
+        handed
     }
     #[cfg(not(target_os = "linux"))]
-    0
+    HandedBack::default()
+}
+
+/// Evicts the binary's cached pages that no process maps (module doc);
+/// false if that could not be asked.
+fn evict_binary() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        std::fs::File::open("/proc/self/exe").is_ok_and(|file| {
+            rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed).is_ok()
+        })
+    }
+    #[cfg(not(target_os = "linux"))]
+    false
 }
 
 #[cfg(test)]
@@ -121,6 +181,11 @@ mod tests {
 
     const EXE: &str = "/usr/local/bin/modelservice-operator";
     const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+
+    /// The ranges among `clean`, and which of them are the binary's.
+    fn ranges(clean: Vec<Clean>) -> Vec<(Range<usize>, bool)> {
+        clean.into_iter().map(|c| (c.range, c.own)).collect()
+    }
 
     fn mapping(range: &str, perms: &str, path: &str, anonymous: u64, dirty: u64) -> String {
         format!(
@@ -150,29 +215,38 @@ mod tests {
         ]
         .concat();
         assert_eq!(
-            clean_mappings(&smaps),
+            ranges(clean_mappings(&smaps, EXE)),
             vec![
-                0x1000..0x2000,
-                0x2000..0x5000,
-                0x7000..0x8000,
-                0xc000..0xd000
+                (0x1000..0x2000, true),
+                (0x2000..0x5000, true),
+                (0x7000..0x8000, false),
+                (0xc000..0xd000, true)
             ]
         );
     }
 
     #[test]
-    fn a_mapping_with_a_page_of_its_own_is_kept_whichever_counter_shows_it() {
-        for (anonymous, dirty) in [(4, 0), (0, 4), (4, 4)] {
-            let smaps = mapping("1000-2000", "r-xp", EXE, anonymous, dirty);
+    fn a_page_copied_on_write_keeps_its_mapping_and_a_dirty_file_page_does_not() {
+        for copied in [
+            mapping("1000-2000", "r-xp", EXE, 4, 0),
+            mapping("1000-2000", "r-xp", EXE, 4, 4),
+        ] {
+            assert_eq!(clean_mappings(&copied, EXE), vec![]);
+        }
+        // A binary written a moment ago (a fresh build, a copy) is dirty in
+        // the page cache: its pages show as dirty, but they are the file's,
+        // not anonymous copies, and mapping them again reads the same bytes.
+        // Keeping such mappings handed nothing back in the bench's first
+        // runs after a build.
+        let fresh = mapping("1000-2000", "r-xp", EXE, 0, 4);
+        let shared = mapping("1000-2000", "r-xp", EXE, 0, 0)
+            .replace("Private_Clean:       512 kB", "Shared_Dirty:        4 kB");
+        for dirty in [fresh, shared] {
             assert_eq!(
-                clean_mappings(&smaps),
-                Vec::<Range<usize>>::new(),
-                "{anonymous} {dirty}"
+                ranges(clean_mappings(&dirty, EXE)),
+                vec![(0x1000..0x2000, true)]
             );
         }
-        let shared_dirty = mapping("1000-2000", "r-xp", EXE, 0, 0)
-            .replace("Private_Clean:       512 kB", "Shared_Dirty:        4 kB");
-        assert!(clean_mappings(&shared_dirty).is_empty());
     }
 
     #[test]
@@ -181,7 +255,30 @@ mod tests {
             "garbage\nzz-yy r-xp 0 0 0 {EXE}\n1000-2000 r-xp\n{}Private_Dirty: lots kB\n",
             mapping("3000-4000", "r-xp", EXE, 0, 0)
         );
-        assert_eq!(clean_mappings(&smaps), vec![0x3000..0x4000]);
+        assert_eq!(
+            ranges(clean_mappings(&smaps, EXE)),
+            vec![(0x3000..0x4000, true)]
+        );
+    }
+
+    #[test]
+    fn only_the_binary_named_exactly_is_its_own() {
+        let smaps = [
+            mapping("1000-2000", "r-xp", EXE, 0, 0),
+            mapping("2000-3000", "r-xp", &format!("{EXE}-old"), 0, 0),
+            mapping("3000-4000", "r-xp", &format!("{EXE} (deleted)"), 0, 0),
+            mapping("4000-5000", "r-xp", "/usr/local/bin/other", 0, 0),
+        ]
+        .concat();
+        let own = |exe: &str| -> Vec<bool> {
+            clean_mappings(&smaps, exe)
+                .into_iter()
+                .map(|c| c.own)
+                .collect()
+        };
+        assert_eq!(own(EXE), vec![true, false, false, false]);
+        // Without a name for the binary, no mapping is taken for it.
+        assert_eq!(own(""), vec![false, false, false, false]);
     }
 
     #[test]
@@ -192,7 +289,11 @@ mod tests {
         let after: u64 = std::hint::black_box(&TABLE).iter().sum();
         assert_eq!((before, after), (11, 11));
         if cfg!(target_os = "linux") {
-            assert!(handed > 0, "the test binary's code is a clean mapping");
+            assert!(
+                handed.bytes > 0,
+                "the test binary's code is a clean mapping"
+            );
+            assert!(handed.evicted, "the test binary is a file to evict");
         }
     }
 }

@@ -261,9 +261,10 @@ pub async fn run(config: kube::Config, cfg: RunConfig, shutdown: Shutdown) -> Re
             if synced(&main).await && children.wait_ready().await {
                 info!("caches synced; ready");
                 readiness.set_ready();
-                let bytes = code_pages::hand_back();
+                let handed = code_pages::hand_back();
                 info!(
-                    kib = bytes / 1024,
+                    kib = handed.bytes / 1024,
+                    evicted = handed.evicted,
                     "handed back the pages of code and read-only data mapped at start"
                 );
             }
